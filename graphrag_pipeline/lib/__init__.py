@@ -1,0 +1,1 @@
+"""Pure, Dagster-free building blocks shared by the assets, the query module and the eval command."""

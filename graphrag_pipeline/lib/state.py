@@ -1,0 +1,483 @@
+"""The pipeline's own durable state: documents, chunks, caches and stage bookkeeping, in one SQLite file.
+
+Every stage reads its input from here and records what it produced, keyed by content-derived ids, so a re-run (or a
+run killed half-way and started again) only does the work whose inputs changed, and converges to the same state.
+WAL mode lets Dagster steps in several processes and a reader in an agent process use the file at once.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from graphrag_pipeline.lib.models import (
+    Chunk,
+    ChunkExtraction,
+    Document,
+    EntityMention,
+    Quarantined,
+    RelationMention,
+)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS documents (
+    doc_id TEXT PRIMARY KEY,
+    shard INTEGER NOT NULL,
+    source TEXT NOT NULL,
+    uri TEXT NOT NULL,
+    title TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    text TEXT NOT NULL,
+    chunked_key TEXT            -- content hash + chunking config the current chunks were made from
+);
+CREATE INDEX IF NOT EXISTS documents_shard ON documents(shard);
+CREATE TABLE IF NOT EXISTS chunks (
+    chunk_id TEXT PRIMARY KEY,
+    doc_id TEXT NOT NULL,
+    shard INTEGER NOT NULL,
+    position INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    token_count INTEGER NOT NULL,
+    start_char INTEGER NOT NULL,
+    end_char INTEGER NOT NULL,
+    headings TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc_id);
+CREATE INDEX IF NOT EXISTS chunks_shard ON chunks(shard);
+CREATE TABLE IF NOT EXISTS embedding_cache (
+    model TEXT NOT NULL,
+    text_hash TEXT NOT NULL,
+    vector BLOB NOT NULL,
+    PRIMARY KEY (model, text_hash)
+);
+CREATE TABLE IF NOT EXISTS indexed_points (    -- what each vector collection holds, so a stage can diff
+    collection TEXT NOT NULL,
+    point_id TEXT NOT NULL,
+    shard INTEGER NOT NULL,
+    point_key TEXT NOT NULL,    -- hash of what the point was built from
+    PRIMARY KEY (collection, point_id)
+);
+CREATE INDEX IF NOT EXISTS indexed_points_shard ON indexed_points(collection, shard);
+CREATE TABLE IF NOT EXISTS extractions (
+    chunk_id TEXT NOT NULL,
+    extractor_key TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    PRIMARY KEY (chunk_id, extractor_key)
+);
+CREATE TABLE IF NOT EXISTS elements (          -- merged entities and relationships (element summaries)
+    kind TEXT NOT NULL,         -- 'entity' | 'relationship'
+    element_id TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    PRIMARY KEY (kind, element_id)
+);
+CREATE TABLE IF NOT EXISTS synced (            -- what the graph store holds, by content hash
+    kind TEXT NOT NULL,
+    element_id TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    PRIMARY KEY (kind, element_id)
+);
+CREATE TABLE IF NOT EXISTS communities (
+    community_id TEXT PRIMARY KEY,
+    level INTEGER NOT NULL,
+    payload TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS community_summaries (
+    community_id TEXT PRIMARY KEY,
+    content_hash TEXT NOT NULL,
+    payload TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS quarantine (
+    stage TEXT NOT NULL,
+    item_id TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    raw TEXT NOT NULL,
+    recorded_at REAL NOT NULL,
+    PRIMARY KEY (stage, item_id)
+);
+CREATE TABLE IF NOT EXISTS source_extractions (   -- extractions shipped with a source (eval sets), by document
+    doc_id TEXT PRIMARY KEY,
+    payload TEXT NOT NULL
+);
+"""
+
+
+class StateStore:
+    """Thread-safe access to the state database (one connection per thread)."""
+
+    def __init__(self, path: str | Path, *, read_only: bool = False):
+        self.path = Path(path)
+        self.read_only = read_only
+        if not read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        if not read_only:
+            with self.transaction() as conn:
+                conn.executescript(_SCHEMA)
+
+    def _connection(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            if self.read_only:
+                conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=60)
+            else:
+                conn = sqlite3.connect(self.path, timeout=60)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+            conn.isolation_level = None  # explicit transactions below
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        conn = self._connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        return self._connection().execute(sql, params).fetchall()
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    # --- documents -------------------------------------------------------------------------------------------
+
+    def document_hashes(self, shards: Iterable[int] | None = None, source: str | None = None) -> dict[str, str]:
+        sql, params = "SELECT doc_id, content_hash FROM documents", []
+        clauses = []
+        if shards is not None:
+            shard_list = sorted(set(shards))
+            clauses.append(f"shard IN ({','.join('?' * len(shard_list))})")
+            params += shard_list
+        if source is not None:
+            clauses.append("source = ?")
+            params.append(source)
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        return dict(self.query(sql, params))
+
+    def upsert_documents(self, documents: Sequence[Document], shard_of: dict[str, int]) -> None:
+        rows = [
+            (d.doc_id, shard_of[d.doc_id], d.source, d.uri, d.title, d.content_hash, json.dumps(d.metadata, default=str),
+             d.text)
+            for d in documents
+        ]
+        with self.transaction() as conn:
+            conn.executemany(
+                """INSERT INTO documents (doc_id, shard, source, uri, title, content_hash, metadata, text)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT(doc_id) DO UPDATE SET shard=excluded.shard, source=excluded.source, uri=excluded.uri,
+                     title=excluded.title, content_hash=excluded.content_hash, metadata=excluded.metadata,
+                     text=excluded.text,
+                     chunked_key=CASE WHEN documents.content_hash = excluded.content_hash
+                                      THEN documents.chunked_key ELSE NULL END""",
+                rows,
+            )
+
+    def delete_documents(self, doc_ids: Sequence[str]) -> None:
+        """Forget documents and their chunks; downstream stages notice the missing chunks and clean up after them."""
+        with self.transaction() as conn:
+            conn.executemany("DELETE FROM chunks WHERE doc_id = ?", [(d,) for d in doc_ids])
+            conn.executemany("DELETE FROM documents WHERE doc_id = ?", [(d,) for d in doc_ids])
+            conn.executemany("DELETE FROM source_extractions WHERE doc_id = ?", [(d,) for d in doc_ids])
+
+    def documents(self, shards: Iterable[int] | None = None, doc_ids: Iterable[str] | None = None) -> list[Document]:
+        sql = "SELECT doc_id, source, uri, title, text, content_hash, metadata FROM documents"
+        params: list[Any] = []
+        if shards is not None:
+            shard_list = sorted(set(shards))
+            sql += f" WHERE shard IN ({','.join('?' * len(shard_list))})"
+            params = shard_list
+        elif doc_ids is not None:
+            id_list = list(doc_ids)
+            if not id_list:
+                return []
+            sql += f" WHERE doc_id IN ({','.join('?' * len(id_list))})"
+            params = id_list
+        rows = self.query(sql + " ORDER BY doc_id", params)
+        return [Document(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows]
+
+    def documents_to_chunk(self, shards: Iterable[int], chunking_key: str) -> list[Document]:
+        shard_list = sorted(set(shards))
+        rows = self.query(
+            f"""SELECT doc_id, source, uri, title, text, content_hash, metadata FROM documents
+                WHERE shard IN ({','.join('?' * len(shard_list))})
+                  AND (chunked_key IS NULL OR chunked_key != content_hash || ':' || ?) ORDER BY doc_id""",
+            [*shard_list, chunking_key],
+        )
+        return [Document(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows]
+
+    def document_titles(self, doc_ids: Iterable[str]) -> dict[str, str]:
+        id_list = list(set(doc_ids))
+        titles: dict[str, str] = {}
+        for start in range(0, len(id_list), 900):
+            batch = id_list[start : start + 900]
+            titles.update(self.query(f"SELECT doc_id, title FROM documents WHERE doc_id IN ({','.join('?' * len(batch))})", batch))
+        return titles
+
+    def document_count(self) -> int:
+        return self.query("SELECT COUNT(*) FROM documents")[0][0]
+
+    # --- chunks ------------------------------------------------------------------------------------------------
+
+    def replace_chunks(self, doc: Document, shard: int, chunks: Sequence[Chunk], chunking_key: str) -> None:
+        """Swap a document's chunks in one transaction and mark the document chunked at its current content."""
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc.doc_id,))
+            conn.executemany(
+                "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (c.chunk_id, c.doc_id, shard, c.position, c.text, c.token_count, c.start_char, c.end_char,
+                     json.dumps(list(c.headings)))
+                    for c in chunks
+                ],
+            )
+            conn.execute(
+                "UPDATE documents SET chunked_key = content_hash || ':' || ? WHERE doc_id = ?",
+                (chunking_key, doc.doc_id),
+            )
+
+    def chunks(self, shards: Iterable[int] | None = None, chunk_ids: Iterable[str] | None = None) -> list[Chunk]:
+        sql = "SELECT chunk_id, doc_id, position, text, token_count, start_char, end_char, headings FROM chunks"
+        params: list[Any] = []
+        if shards is not None:
+            shard_list = sorted(set(shards))
+            sql += f" WHERE shard IN ({','.join('?' * len(shard_list))})"
+            params = shard_list
+        elif chunk_ids is not None:
+            return self._chunks_by_id(list(chunk_ids))
+        rows = self.query(sql + " ORDER BY doc_id, position", params)
+        return [_chunk_from_row(r) for r in rows]
+
+    def _chunks_by_id(self, chunk_ids: list[str]) -> list[Chunk]:
+        found: list[Chunk] = []
+        for start in range(0, len(chunk_ids), 900):
+            batch = chunk_ids[start : start + 900]
+            rows = self.query(
+                "SELECT chunk_id, doc_id, position, text, token_count, start_char, end_char, headings FROM chunks "
+                f"WHERE chunk_id IN ({','.join('?' * len(batch))})",
+                batch,
+            )
+            found.extend(_chunk_from_row(r) for r in rows)
+        return found
+
+    def chunk_shards(self) -> dict[str, int]:
+        return dict(self.query("SELECT chunk_id, shard FROM chunks"))
+
+    def chunk_count(self) -> int:
+        return self.query("SELECT COUNT(*) FROM chunks")[0][0]
+
+    # --- embeddings -----------------------------------------------------------------------------------------------
+
+    def cached_embeddings(self, model: str, text_hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        found: dict[str, np.ndarray] = {}
+        unique = list(dict.fromkeys(text_hashes))
+        for start in range(0, len(unique), 900):
+            batch = unique[start : start + 900]
+            rows = self.query(
+                f"SELECT text_hash, vector FROM embedding_cache WHERE model = ? AND text_hash IN ({','.join('?' * len(batch))})",
+                [model, *batch],
+            )
+            found.update((h, np.frombuffer(v, dtype=np.float32)) for h, v in rows)
+        return found
+
+    def cache_embeddings(self, model: str, vectors: dict[str, np.ndarray]) -> None:
+        with self.transaction() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO embedding_cache VALUES (?, ?, ?)",
+                [(model, h, np.asarray(v, dtype=np.float32).tobytes()) for h, v in vectors.items()],
+            )
+
+    def indexed_points(self, collection: str, shards: Iterable[int] | None = None) -> dict[str, str]:
+        sql, params = "SELECT point_id, point_key FROM indexed_points WHERE collection = ?", [collection]
+        if shards is not None:
+            shard_list = sorted(set(shards))
+            sql += f" AND shard IN ({','.join('?' * len(shard_list))})"
+            params += shard_list
+        return dict(self.query(sql, params))
+
+    def record_indexed_points(self, collection: str, points: dict[str, tuple[int, str]], removed: Sequence[str]) -> None:
+        with self.transaction() as conn:
+            conn.executemany(
+                "DELETE FROM indexed_points WHERE collection = ? AND point_id = ?", [(collection, p) for p in removed]
+            )
+            conn.executemany(
+                "INSERT OR REPLACE INTO indexed_points VALUES (?, ?, ?, ?)",
+                [(collection, pid, shard, key) for pid, (shard, key) in points.items()],
+            )
+
+    # --- extractions ------------------------------------------------------------------------------------------------
+
+    def extractions(self, chunk_ids: Sequence[str], extractor_key: str) -> dict[str, ChunkExtraction]:
+        found: dict[str, ChunkExtraction] = {}
+        for start in range(0, len(chunk_ids), 900):
+            batch = list(chunk_ids[start : start + 900])
+            rows = self.query(
+                f"SELECT chunk_id, payload FROM extractions WHERE extractor_key = ? AND chunk_id IN ({','.join('?' * len(batch))})",
+                [extractor_key, *batch],
+            )
+            found.update((cid, extraction_from_json(cid, payload)) for cid, payload in rows)
+        return found
+
+    def store_extractions(self, extractor_key: str, extractions: Sequence[ChunkExtraction]) -> None:
+        with self.transaction() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO extractions VALUES (?, ?, ?)",
+                [(e.chunk_id, extractor_key, extraction_to_json(e)) for e in extractions],
+            )
+
+    def live_extractions(self, extractor_key: str) -> Iterator[tuple[str, str, ChunkExtraction]]:
+        """(doc_id, chunk_id, extraction) for every current chunk, streamed: the merge stage reads all of them."""
+        conn = self._connection()
+        cursor = conn.execute(
+            """SELECT c.doc_id, c.chunk_id, e.payload FROM chunks c
+               JOIN extractions e ON e.chunk_id = c.chunk_id AND e.extractor_key = ?
+               ORDER BY c.doc_id, c.position""",
+            (extractor_key,),
+        )
+        for doc_id, chunk_id, payload in cursor:
+            yield doc_id, chunk_id, extraction_from_json(chunk_id, payload)
+
+    def prune_extractions(self) -> int:
+        """Drop cached extractions of chunks that no longer exist (after edits and deletes)."""
+        with self.transaction() as conn:
+            cursor = conn.execute("DELETE FROM extractions WHERE chunk_id NOT IN (SELECT chunk_id FROM chunks)")
+            return cursor.rowcount
+
+    def store_source_extractions(self, records: dict[str, dict]) -> None:
+        with self.transaction() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO source_extractions VALUES (?, ?)",
+                [(doc_id, json.dumps(record)) for doc_id, record in records.items()],
+            )
+
+    def source_extractions(self, doc_ids: Iterable[str]) -> dict[str, dict]:
+        id_list = list(set(doc_ids))
+        found: dict[str, dict] = {}
+        for start in range(0, len(id_list), 900):
+            batch = id_list[start : start + 900]
+            rows = self.query(
+                f"SELECT doc_id, payload FROM source_extractions WHERE doc_id IN ({','.join('?' * len(batch))})", batch
+            )
+            found.update((d, json.loads(p)) for d, p in rows)
+        return found
+
+    # --- merged elements, graph sync, communities ---------------------------------------------------------------
+
+    def element_hashes(self, kind: str, table: str = "elements") -> dict[str, str]:
+        if table not in ("elements", "synced"):
+            raise ValueError(table)
+        return dict(self.query(f"SELECT element_id, content_hash FROM {table} WHERE kind = ?", (kind,)))
+
+    def replace_elements(self, kind: str, upserts: dict[str, tuple[str, str]], removed: Sequence[str]) -> None:
+        """upserts: element id -> (content hash, JSON payload)."""
+        with self.transaction() as conn:
+            conn.executemany("DELETE FROM elements WHERE kind = ? AND element_id = ?", [(kind, e) for e in removed])
+            conn.executemany(
+                "INSERT OR REPLACE INTO elements VALUES (?, ?, ?, ?)",
+                [(kind, eid, h, payload) for eid, (h, payload) in upserts.items()],
+            )
+
+    def element_payloads(self, kind: str, element_ids: Iterable[str] | None = None) -> dict[str, dict]:
+        if element_ids is None:
+            rows = self.query("SELECT element_id, payload FROM elements WHERE kind = ?", (kind,))
+            return {eid: json.loads(p) for eid, p in rows}
+        found: dict[str, dict] = {}
+        id_list = list(element_ids)
+        for start in range(0, len(id_list), 900):
+            batch = id_list[start : start + 900]
+            rows = self.query(
+                f"SELECT element_id, payload FROM elements WHERE kind = ? AND element_id IN ({','.join('?' * len(batch))})",
+                [kind, *batch],
+            )
+            found.update((eid, json.loads(p)) for eid, p in rows)
+        return found
+
+    def record_synced(self, kind: str, hashes: dict[str, str], removed: Sequence[str]) -> None:
+        with self.transaction() as conn:
+            conn.executemany("DELETE FROM synced WHERE kind = ? AND element_id = ?", [(kind, e) for e in removed])
+            conn.executemany("INSERT OR REPLACE INTO synced VALUES (?, ?, ?)", [(kind, e, h) for e, h in hashes.items()])
+
+    def replace_communities(self, communities: dict[str, tuple[int, str]]) -> None:
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM communities")
+            conn.executemany(
+                "INSERT INTO communities VALUES (?, ?, ?)", [(cid, lvl, p) for cid, (lvl, p) in communities.items()]
+            )
+
+    def community_payloads(self) -> dict[str, dict]:
+        return {cid: json.loads(p) for cid, p in self.query("SELECT community_id, payload FROM communities")}
+
+    def community_summary_hashes(self) -> dict[str, str]:
+        return dict(self.query("SELECT community_id, content_hash FROM community_summaries"))
+
+    def replace_community_summaries(self, upserts: dict[str, tuple[str, str]], removed: Sequence[str]) -> None:
+        with self.transaction() as conn:
+            conn.executemany("DELETE FROM community_summaries WHERE community_id = ?", [(c,) for c in removed])
+            conn.executemany(
+                "INSERT OR REPLACE INTO community_summaries VALUES (?, ?, ?)",
+                [(cid, h, p) for cid, (h, p) in upserts.items()],
+            )
+
+    def community_summary_payloads(self, community_ids: Iterable[str] | None = None) -> dict[str, dict]:
+        rows = self.query("SELECT community_id, payload FROM community_summaries")
+        wanted = None if community_ids is None else set(community_ids)
+        return {cid: json.loads(p) for cid, p in rows if wanted is None or cid in wanted}
+
+    # --- quarantine ---------------------------------------------------------------------------------------------
+
+    def quarantine(self, records: Sequence[Quarantined]) -> None:
+        now = time.time()
+        with self.transaction() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO quarantine VALUES (?, ?, ?, ?, ?)",
+                [(q.stage, q.item_id, q.reason, q.raw[:100_000], now) for q in records],
+            )
+
+    def clear_quarantine(self, stage: str, item_ids: Sequence[str]) -> None:
+        with self.transaction() as conn:
+            conn.executemany("DELETE FROM quarantine WHERE stage = ? AND item_id = ?", [(stage, i) for i in item_ids])
+
+    def quarantined(self, stage: str | None = None) -> list[Quarantined]:
+        sql, params = "SELECT stage, item_id, reason, raw FROM quarantine", []
+        if stage is not None:
+            sql, params = sql + " WHERE stage = ?", [stage]
+        return [Quarantined(*row) for row in self.query(sql + " ORDER BY stage, item_id", params)]
+
+
+def _chunk_from_row(row: tuple) -> Chunk:
+    return Chunk(row[0], row[1], row[2], row[3], row[4], row[5], row[6], tuple(json.loads(row[7])))
+
+
+def extraction_to_json(extraction: ChunkExtraction) -> str:
+    return json.dumps(
+        {
+            "entities": [[e.name, e.type, e.description, e.spotter] for e in extraction.entities],
+            "relations": [[r.source, r.target, r.type, r.predicate, r.description, r.weight] for r in extraction.relations],
+        }
+    )
+
+
+def extraction_from_json(chunk_id: str, payload: str) -> ChunkExtraction:
+    data = json.loads(payload)
+    return ChunkExtraction(
+        chunk_id=chunk_id,
+        entities=tuple(EntityMention(n, t, d, chunk_id, s) for n, t, d, s in data["entities"]),
+        relations=tuple(RelationMention(s, t, ty, p, d, w, chunk_id) for s, t, ty, p, d, w in data["relations"]),
+    )

@@ -1,0 +1,1 @@
+"""Store protocols and their embedded implementations."""

@@ -1,0 +1,125 @@
+"""The small protocols every store and model implements; one contract test suite runs against each implementation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from graphrag_pipeline.lib.models import Entity, Relationship, VectorHit, VectorPoint
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into L2-normalized vectors."""
+
+    @property
+    def name(self) -> str: ...  # provider/model, part of every embedding cache key
+
+    @property
+    def dimension(self) -> int: ...
+
+    @property
+    def max_tokens(self) -> int: ...  # longest input the model accepts; chunk sizes are capped to it
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...  # shape (len(texts), dimension), float32, unit norm
+
+
+@runtime_checkable
+class VectorStore(Protocol):
+    """Named collections of vectors with JSON payloads; point ids are the pipeline's own string ids."""
+
+    def ensure_collection(self, collection: str, dimension: int) -> None: ...
+
+    def upsert(self, collection: str, points: Sequence[VectorPoint]) -> None: ...
+
+    def delete(self, collection: str, point_ids: Sequence[str]) -> None: ...
+
+    def delete_by_document(self, collection: str, doc_id: str) -> None: ...  # payload field "doc_ids" contains doc_id
+
+    def search(
+        self,
+        collection: str,
+        vector: Sequence[float] | np.ndarray,
+        limit: int,
+        must_match: dict[str, Any] | None = None,  # payload field -> value that must match (keyword equality)
+    ) -> list[VectorHit]: ...
+
+    def count(self, collection: str) -> int: ...
+
+    def point_ids(self, collection: str) -> set[str]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class TraversalHit:
+    """An entity reached from the seeds: how far, by which path, with how much decayed activation."""
+
+    entity_id: str
+    hops: int
+    score: float
+    path: tuple[str, ...]  # entity ids from a seed to this entity
+    via_relationships: tuple[str, ...] = ()  # relationship ids along the path
+
+
+@dataclass(frozen=True)
+class GraphStats:
+    entity_count: int
+    relationship_count: int
+    chunk_count: int
+    entity_types: dict[str, int] = field(default_factory=dict)
+    relationship_types: dict[str, int] = field(default_factory=dict)
+
+
+@runtime_checkable
+class GraphStore(Protocol):
+    """Typed entities and relationships with provenance, chunk→entity mentions, bounded traversal."""
+
+    def upsert_entities(self, entities: Sequence[Entity]) -> None: ...
+
+    def upsert_relationships(self, relationships: Sequence[Relationship]) -> None: ...
+
+    def set_chunk_mentions(self, mentions: dict[str, Sequence[str]]) -> None: ...  # chunk id -> entity ids (replaces)
+
+    def delete_entities(self, entity_ids: Sequence[str]) -> None: ...  # with their relationships and mentions
+
+    def delete_relationships(self, relationship_ids: Sequence[str]) -> None: ...
+
+    def delete_chunks(self, chunk_ids: Sequence[str]) -> None: ...  # their mentions
+
+    def get_entities(self, entity_ids: Iterable[str]) -> dict[str, Entity]: ...
+
+    def get_relationships(self, relationship_ids: Iterable[str]) -> dict[str, Relationship]: ...
+
+    def entities_of_chunks(self, chunk_ids: Iterable[str]) -> dict[str, list[str]]: ...
+
+    def chunks_of_entities(self, entity_ids: Iterable[str]) -> dict[str, list[str]]: ...
+
+    def traverse(
+        self,
+        seeds: dict[str, float],  # entity id -> initial activation
+        max_hops: int,
+        decay: float = 0.5,
+        fanout: int = 50,
+        relationship_types: Sequence[str] | None = None,
+    ) -> list[TraversalHit]: ...
+
+    def relationships_between(self, entity_ids: Iterable[str], limit: int = 50) -> list[Relationship]: ...
+
+    def stats(self) -> GraphStats: ...
+
+    def list_entities(self, offset: int = 0, limit: int = 50, order_by: str = "mention_count") -> list[Entity]: ...
+
+    def list_relationships(self, offset: int = 0, limit: int = 50) -> list[Relationship]: ...
+
+    def all_entity_ids(self) -> set[str]: ...
+
+    def all_relationship_ids(self) -> set[str]: ...
+
+    def weighted_edges(self) -> list[tuple[str, str, float]]: ...  # (source, target, weight) for community detection
+
+    def close(self) -> None: ...
