@@ -75,6 +75,14 @@ class Ontology(StrictModel):
         return by_upper.get(key, self.fallback_relationship_type)
 
 
+def _compiled_regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as error:
+        raise ValueError(f"invalid regular expression {value!r}: {error}") from error
+    return value
+
+
 class PatternSpotter(StrictModel):
     type: str
     regex: str
@@ -82,8 +90,7 @@ class PatternSpotter(StrictModel):
     @field_validator("regex")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        re.compile(value)
-        return value
+        return _compiled_regex(value)
 
 
 class RelationPattern(StrictModel):
@@ -96,8 +103,7 @@ class RelationPattern(StrictModel):
     @field_validator("regex")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        re.compile(value)
-        return value
+        return _compiled_regex(value)
 
 
 class ExtractionConfig(StrictModel):

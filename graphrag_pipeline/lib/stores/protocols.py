@@ -9,6 +9,11 @@ import numpy as np
 
 from graphrag_pipeline.lib.models import Entity, Relationship, VectorHit, VectorPoint
 
+# Vector collections every backend holds.
+CHUNKS = "chunks"
+ENTITIES = "entities"
+COMMUNITIES = "communities"
+
 
 @runtime_checkable
 class Embedder(Protocol):
@@ -51,6 +56,8 @@ class VectorStore(Protocol):
     def count(self, collection: str) -> int: ...
 
     def point_ids(self, collection: str) -> set[str]: ...
+
+    def publish(self, collection: str) -> None: ...  # make writes visible to readers in other processes (no-op for servers)
 
     def close(self) -> None: ...
 

@@ -1,0 +1,1 @@
+"""Stage 2: token-aware chunks of each changed document."""

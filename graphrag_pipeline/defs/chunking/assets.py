@@ -1,0 +1,14 @@
+from dagster import AssetExecutionContext, MaterializeResult, asset
+
+from graphrag_pipeline.defs.partitions import SHARDS, SINGLE_RUN
+from graphrag_pipeline.defs.reporting import shards_of, to_result
+from graphrag_pipeline.defs.resources import GraphRAGResource
+from graphrag_pipeline.lib.stages import chunk_documents
+
+
+@asset(deps=["raw_documents"], partitions_def=SHARDS, backfill_policy=SINGLE_RUN, group_name="index",
+       kinds={"python", "sqlite"})
+def chunks(context: AssetExecutionContext, graphrag: GraphRAGResource) -> MaterializeResult:
+    """Recursive (heading → paragraph → sentence) or fixed-size chunks in the embedder's tokens; only documents whose
+    content or chunking configuration changed are re-chunked."""
+    return to_result(chunk_documents(graphrag.workspace(), shards_of(context)))

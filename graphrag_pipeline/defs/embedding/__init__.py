@@ -1,0 +1,1 @@
+"""Stage 3: chunk embeddings into the vector store."""

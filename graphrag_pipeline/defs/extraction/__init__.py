@@ -1,0 +1,1 @@
+"""Stage 4: entities and relationships per chunk."""

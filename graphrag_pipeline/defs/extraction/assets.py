@@ -1,0 +1,14 @@
+from dagster import AssetExecutionContext, MaterializeResult, asset
+
+from graphrag_pipeline.defs.partitions import SHARDS, SINGLE_RUN
+from graphrag_pipeline.defs.reporting import shards_of, to_result
+from graphrag_pipeline.defs.resources import GraphRAGResource
+from graphrag_pipeline.lib.stages import extract_elements
+
+
+@asset(deps=["chunks", "embeddings"], partitions_def=SHARDS, backfill_policy=SINGLE_RUN, group_name="graph",
+       kinds={"python", "spacy"})
+def extracted_elements(context: AssetExecutionContext, graphrag: GraphRAGResource) -> MaterializeResult:
+    """Typed entity and relationship mentions per chunk (dictionary and pattern spotters, spaCy NER, sentence
+    co-occurrence), cached per chunk content and extractor configuration."""
+    return to_result(extract_elements(graphrag.workspace(), shards_of(context)))

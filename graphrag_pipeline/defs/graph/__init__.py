@@ -1,0 +1,1 @@
+"""Stage 6: the knowledge graph in the graph store."""

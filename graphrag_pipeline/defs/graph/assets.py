@@ -1,0 +1,14 @@
+from dagster import AutomationCondition, MaterializeResult, asset
+
+from graphrag_pipeline.defs.partitions import SINGLE_RUN
+from graphrag_pipeline.defs.reporting import to_result
+from graphrag_pipeline.defs.resources import GraphRAGResource
+from graphrag_pipeline.lib.stages import sync_graph
+
+
+@asset(deps=["element_summaries"], backfill_policy=SINGLE_RUN, group_name="graph",
+       kinds={"python", "neo4j"}, automation_condition=AutomationCondition.eager())
+def graph(graphrag: GraphRAGResource) -> MaterializeResult:
+    """Entities, relationships and chunk mentions written to the graph store (only what changed), and entity names
+    indexed in the `entities` collection for linking questions to the graph."""
+    return to_result(sync_graph(graphrag.workspace()))

@@ -1,0 +1,36 @@
+"""Turn a stage's report into materialization metadata the Dagster UI can tell a run's story with."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue
+
+from graphrag_pipeline.defs.partitions import shard_of_key
+from graphrag_pipeline.lib.stages import StageReport
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    if not rows:
+        return "_(nothing new)_"
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = [str(row.get(c, "")).replace("|", "\\|").replace("\n", " ")[:120] for c in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def to_result(report: StageReport) -> MaterializeResult:
+    metadata: dict[str, Any] = {name: MetadataValue.int(value) for name, value in report.counts.items()}
+    metadata.update({f"seconds_{step}": MetadataValue.float(s) for step, s in report.seconds.items()})
+    metadata["seconds_total"] = MetadataValue.float(report.total_seconds)
+    metadata["sample"] = MetadataValue.md(markdown_table(report.sample))
+    if report.notes:
+        metadata["notes"] = MetadataValue.md("\n".join(f"- {note}" for note in report.notes))
+    return MaterializeResult(metadata=metadata)
+
+
+def shards_of(context: AssetExecutionContext) -> list[int]:
+    """The shards a (possibly multi-partition, single-run backfill) run covers."""
+    return [shard_of_key(key) for key in context.partition_keys]

@@ -1,0 +1,14 @@
+from dagster import AutomationCondition, MaterializeResult, asset
+
+from graphrag_pipeline.defs.partitions import SINGLE_RUN
+from graphrag_pipeline.defs.resources import GraphRAGResource
+from graphrag_pipeline.defs.reporting import to_result
+from graphrag_pipeline.lib.stages import summarize_elements
+
+
+@asset(deps=["extracted_elements"], backfill_policy=SINGLE_RUN, group_name="graph", kinds={"python", "sqlite"},
+       automation_condition=AutomationCondition.eager())
+def element_summaries(graphrag: GraphRAGResource) -> MaterializeResult:
+    """One entity per real-world thing and one relationship per typed pair, descriptions merged with provenance;
+    only changed elements are rewritten."""
+    return to_result(summarize_elements(graphrag.workspace()))

@@ -1,0 +1,37 @@
+"""Change detection for sensors and schedules: which shards' sources differ from what was seen or indexed.
+
+A shard's fingerprint is a hash over the (doc id, content hash) pairs of its documents, so editing, adding or
+deleting any document of a shard changes that shard's fingerprint and no other.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Mapping
+
+from graphrag_pipeline.lib.config import PipelineSettings
+from graphrag_pipeline.lib.ids import content_hash, stable_shard
+from graphrag_pipeline.lib.sources import scan_hashes
+
+EMPTY_SHARD = "empty"
+
+
+def source_hashes(settings: PipelineSettings) -> dict[str, str]:
+    """doc id → content hash over every configured source (cheap: no parsing for folders)."""
+    hashes: dict[str, str] = {}
+    for source in settings.sources:
+        hashes.update(scan_hashes(source))
+    return hashes
+
+
+def shard_fingerprints(hashes: Mapping[str, str], shard_count: int) -> dict[int, str]:
+    by_shard: dict[int, list[str]] = defaultdict(list)
+    for doc_id, digest in hashes.items():
+        by_shard[stable_shard(doc_id, shard_count)].append(f"{doc_id}\x00{digest}")
+    return {shard: content_hash(*sorted(items)) for shard, items in by_shard.items()}
+
+
+def changed_shards(current: Mapping[int, str], previous: Mapping[int, str]) -> list[int]:
+    """Shards whose fingerprint differs, including shards whose documents were all deleted."""
+    shards = set(current) | set(previous)
+    return sorted(s for s in shards if current.get(s, EMPTY_SHARD) != previous.get(s, EMPTY_SHARD))

@@ -1,0 +1,592 @@
+"""Entity and relationship extraction without a language model.
+
+Four spotters find entity spans in a chunk: a dictionary of known names, configured regular expressions, spaCy NER
+and the document's title. Overlapping spans are resolved (dictionary > pattern > title > NER, then longer spans),
+names are canonicalized through the configured aliases, and relations come from sentence-level co-occurrence, typed
+by the configured relation patterns when the words between two adjacent mentions match one.
+
+Everything is deterministic and extractive: descriptions are the sentences the entities and relations were seen in.
+
+``precomputed_extractions`` adapts the ``extraction.jsonl`` files some evaluation sets ship (entities and triples
+per document) to the same ``ChunkExtraction`` records.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import json
+import re
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from graphrag_pipeline.lib.config import ExtractionConfig, Ontology
+from graphrag_pipeline.lib.ids import normalize_name
+from graphrag_pipeline.lib.models import Chunk, ChunkExtraction, EntityMention, Quarantined, RelationMention
+
+if TYPE_CHECKING:
+    from spacy.language import Language
+
+DESCRIPTION_CHARS = 300
+TITLE_PREDICATE = "mentions"
+TITLE_WEIGHT = 0.5
+COOCCURRENCE_PREDICATE = "co-occurs"
+# spaCy's NER needs about 1 GB of scratch memory per 100k characters; longer texts are fed to it in pieces.
+SEGMENT_CHARS = 20_000
+
+# Curated names beat regexes, regexes beat the document title, the title beats the statistical model.
+_PRIORITY = {"dictionary": 0, "pattern": 1, "title": 2, "ner": 3}
+
+_NLP_CACHE: dict[str, Language] = {}
+_NLP_LOCK = threading.Lock()
+
+# Hyphens count as word characters at name boundaries: "redis" inside "redis-service" is part of a service name.
+_BOUNDARY_BEFORE = r"(?<![\w-])"
+_BOUNDARY_AFTER = r"(?![\w-])"
+_LEADING_DETERMINER = re.compile(r"(?:the|a|an|this|that|these|those)\s+", re.IGNORECASE)
+_EDGE_CHARS = frozenset(" \t\r\n\"'`.,;:!?()[]{}<>*\u201c\u201d\u2018\u2019")
+_POSSESSIVES = ("'s", "\u2019s")
+_HAS_LETTER = re.compile(r"[^\W\d_]")
+# Hard-wrapped prose keeps its single newlines; blank lines and markdown blocks (headings, list items, tables, code
+# fences) end a "sentence", otherwise a bullet list would read as one sentence relating every item to every other.
+_BLOCK_BREAK = re.compile(r"\n\s*\n|\n(?=[ \t]*(?:#|>|\||```|[-*+][ \t]|\d+[.)][ \t]))")
+_PLAIN_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+# Markdown sources arrive raw: link targets, bare URLs and inline HTML tags are blanked out (same length, so offsets
+# still point into the chunk) before spotting, or NER reads "Memorystore](https://cloud.google.com" as a name.
+_MARKUP = re.compile(r"\]\([^)\s]*(?:\s+\"[^\"\n]*\")?\)|<[^<>\n]{1,500}>|\b(?:https?|ftp)://\S+")
+_MARKUP_IN_NAME = re.compile(r"[\[\]{}<>|=\\]|://")
+
+
+def load_spacy(model_name: str) -> Language:
+    """The spaCy pipeline for NER and sentence boundaries, loaded once per process and model name."""
+    with _NLP_LOCK:
+        nlp = _NLP_CACHE.get(model_name)
+        if nlp is None:
+            import spacy  # deferred: importing spaCy costs about a second that the precomputed path never needs
+
+            nlp = spacy.load(model_name)
+            if "ner" not in nlp.pipe_names:
+                raise ValueError(f"spaCy model {model_name!r} has no 'ner' component")
+            # Keep NER and whatever shared embedding layer it listens to; the tagger and parser cost most of the time.
+            keep = {"ner"} | {
+                name for name, pipe in nlp.pipeline if "ner" in getattr(pipe, "listening_components", ())
+            }
+            nlp.select_pipes(enable=[name for name in nlp.pipe_names if name in keep])
+            nlp.add_pipe("sentencizer")
+            _NLP_CACHE[model_name] = nlp
+        return nlp
+
+
+@dataclass(frozen=True, slots=True)
+class _Span:
+    start: int
+    end: int
+    name: str  # display form, aliases already applied
+    key: str  # normalize_name of the display form: identity within a chunk
+    type: str
+    spotter: str
+
+
+@dataclass(frozen=True, slots=True)
+class _NlpResult:
+    sentences: tuple[tuple[int, int], ...]
+    entities: tuple[tuple[int, int, str], ...]  # start, end, spaCy label
+
+
+class _DictionarySpotter:
+    """Case-insensitive whole-word matching of thousands of names with one regex compiled from a character trie,
+    so matching costs one pass over the text however many names there are; the longest name wins."""
+
+    def __init__(self, names: Mapping[str, str]):  # name -> entity type
+        self._lookup: dict[str, tuple[str, str]] = {}
+        trie: dict[str, Any] = {}
+        for name, entity_type in names.items():
+            surface = " ".join(name.split())
+            key = surface.lower()
+            if not key or key in self._lookup:
+                continue
+            self._lookup[key] = (surface, entity_type)
+            node = trie
+            for char in key:
+                node = node.setdefault(char, {})
+            node[""] = {}
+        self._regex = (
+            re.compile(_BOUNDARY_BEFORE + _trie_pattern(trie) + _BOUNDARY_AFTER, re.IGNORECASE) if trie else None
+        )
+
+    def find(self, text: str) -> Iterator[tuple[int, int, str, str]]:
+        if self._regex is None:
+            return
+        for match in self._regex.finditer(text):
+            # Regex case-insensitivity also folds a few exotic characters (the Kelvin sign) that lower() keeps.
+            found = self._lookup.get(" ".join(match.group(0).split()).lower())
+            if found is not None:
+                yield match.start(), match.end(), *found
+
+
+class _Sentences:
+    """Sentence bounds of one chunk: which sentence a span is in, and its trimmed text."""
+
+    def __init__(self, text: str, bounds: Sequence[tuple[int, int]]):
+        self._text = text
+        self._bounds = tuple(bounds) or ((0, len(text)),)
+        self._starts = [start for start, _ in self._bounds]
+
+    def index_of(self, span: _Span) -> int:
+        return max(bisect.bisect_right(self._starts, span.start) - 1, 0)
+
+    def text(self, index: int) -> str:
+        start, end = self._bounds[index]
+        return _trim(self._text[start:end])
+
+
+def _trie_pattern(node: Mapping[str, Any]) -> str:
+    branches = [
+        (r"\s+" if char == " " else re.escape(char)) + _trie_pattern(child)
+        for char, child in sorted(node.items())
+        if char
+    ]
+    if not branches:
+        return ""
+    alternation = "(?:" + "|".join(branches) + ")"
+    # Children come before the end of a name and '?' is greedy: the longest configured name is tried first.
+    return alternation + "?" if "" in node else alternation
+
+
+class OfflineExtractor:
+    """Dictionary, pattern, NER and title spotters plus sentence co-occurrence relations; see the module docstring."""
+
+    def __init__(self, extraction: ExtractionConfig, ontology: Ontology, batch_size: int = 64):
+        self._config = extraction
+        self._ontology = ontology
+        self._batch_size = batch_size
+        self._aliases = {normalize_name(surface): canonical for surface, canonical in extraction.aliases.items()}
+        names: dict[str, str] = {}
+        for entity_type, type_names in extraction.dictionary.items():
+            for name in type_names:
+                names.setdefault(name, ontology.entity_type(entity_type))
+        dictionary_types = {normalize_name(name): entity_type for name, entity_type in names.items()}
+        # Alias surface forms are names the user told us about: spot them too, typed like their canonical name.
+        for surface, canonical in extraction.aliases.items():
+            names.setdefault(
+                surface, dictionary_types.get(normalize_name(canonical), ontology.default_entity_type)
+            )
+        self._dictionary = _DictionarySpotter(names)
+        self._patterns = [(re.compile(p.regex), ontology.entity_type(p.type)) for p in extraction.patterns]
+        self._relation_patterns = [
+            (re.compile(p.regex), ontology.relationship_type(p.type), p.reverse) for p in extraction.relation_patterns
+        ]
+        self._ner_labels = {
+            label: (ontology.entity_type(mapped) if mapped else None) for label, mapped in extraction.ner_labels.items()
+        }
+        self._title_type = ontology.entity_type(extraction.title_entity_type) if extraction.title_entity_type else None
+
+    def extract(self, chunks: Sequence[Chunk], titles: Mapping[str, str] | None = None) -> list[ChunkExtraction]:
+        """One extraction per chunk, in order. ``titles`` maps doc_id to the document title."""
+        texts = [_MARKUP.sub(lambda match: " " * len(match.group(0)), chunk.text) for chunk in chunks]
+        nlp_results = self._run_nlp(texts)
+        titles = titles or {}
+        return [
+            self._extract_chunk(chunk.chunk_id, text, titles.get(chunk.doc_id, ""), nlp_result)
+            if nlp_result is not None
+            else ChunkExtraction(chunk_id=chunk.chunk_id, entities=(), relations=())
+            for chunk, text, nlp_result in zip(chunks, texts, nlp_results)
+        ]
+
+    def _run_nlp(self, texts: Sequence[str]) -> list[_NlpResult | None]:
+        """Sentences and NER spans per text (None for blank texts), in the text's own character offsets."""
+        segments = [
+            (index, offset, piece)
+            for index, text in enumerate(texts)
+            if text.strip()
+            for offset, piece in _segments(text, SEGMENT_CHARS)
+        ]
+        sentences: dict[int, list[tuple[int, int]]] = {}
+        entities: dict[int, list[tuple[int, int, str]]] = {}
+        if segments:
+            nlp = load_spacy(self._config.spacy_model)
+            docs = nlp.pipe((piece for _, _, piece in segments), batch_size=self._batch_size)
+            for (index, offset, piece), doc in zip(segments, docs):
+                sentences.setdefault(index, []).extend(
+                    (offset + start, offset + end)
+                    for sent in doc.sents
+                    for start, end in _split_blocks(piece, sent.start_char, sent.end_char)
+                )
+                entities.setdefault(index, []).extend(
+                    (offset + ent.start_char, offset + ent.end_char, ent.label_) for ent in doc.ents
+                )
+        return [
+            _NlpResult(tuple(sentences[index]), tuple(entities[index])) if index in sentences else None
+            for index in range(len(texts))
+        ]
+
+    def _extract_chunk(self, chunk_id: str, text: str, title: str, nlp_result: _NlpResult) -> ChunkExtraction:
+        candidates = self._candidate_spans(text, nlp_result.entities)
+        title_span = self._title_span(title)
+        if title_span is not None:
+            candidates.extend(self._title_occurrences(text, title_span))
+        spans = _resolve_overlaps(candidates)
+        sentences = _Sentences(text, nlp_result.sentences)
+
+        # One mention per entity: the highest-priority spotter decides name and type, the first occurrence the text.
+        best: dict[str, _Span] = {}
+        first_sentence: dict[str, int] = {}
+        for span in spans:
+            first_sentence.setdefault(span.key, sentences.index_of(span))
+            if span.key not in best or _PRIORITY[span.spotter] < _PRIORITY[best[span.key].spotter]:
+                best[span.key] = span
+        if title_span is not None:
+            # The chunk is about its title: listed first, described by the first sentence unless it occurs later.
+            others = {key: span for key, span in best.items() if key != title_span.key}
+            best = {title_span.key: self._title_mention(title_span, candidates), **others}
+            first_sentence.setdefault(title_span.key, 0)
+        entities = tuple(
+            EntityMention(
+                name=span.name,
+                type=span.type,
+                description=sentences.text(first_sentence[key]),
+                chunk_id=chunk_id,
+                spotter=span.spotter,
+            )
+            for key, span in best.items()
+        )
+        relations = self._relations(chunk_id, text, spans, sentences)
+        if title_span is not None:
+            relations += self._title_relations(chunk_id, title_span.key, best, relations, entities)
+        return ChunkExtraction(chunk_id=chunk_id, entities=entities, relations=tuple(relations))
+
+    def _candidate_spans(self, text: str, ner_entities: Sequence[tuple[int, int, str]]) -> list[_Span]:
+        found: list[tuple[int, int, str | None, str, str]] = [
+            (start, end, surface, entity_type, "dictionary")
+            for start, end, surface, entity_type in self._dictionary.find(text)
+        ]
+        for regex, entity_type in self._patterns:
+            found.extend((m.start(), m.end(), None, entity_type, "pattern") for m in regex.finditer(text))
+        for start, end, label in ner_entities:
+            entity_type = self._ner_labels.get(label, self._ontology.default_entity_type)
+            if entity_type is not None:
+                found.append((start, end, None, entity_type, "ner"))
+        spans = []
+        for start, end, surface, entity_type, spotter in found:
+            cleaned = _clean_bounds(text, start, end)
+            if cleaned is None:
+                continue
+            start, end = cleaned
+            span = self._make_span(start, end, surface or text[start:end], entity_type, spotter)
+            if span is not None:
+                spans.append(span)
+        return spans
+
+    def _make_span(self, start: int, end: int, surface: str, entity_type: str, spotter: str) -> _Span | None:
+        name = " ".join(surface.split())
+        if len(name) < self._config.min_name_length or not _HAS_LETTER.search(name) or _MARKUP_IN_NAME.search(name):
+            return None
+        # English names are capitalized; NER's all-lowercase hits in technical text are common nouns ("node", "pod").
+        if spotter == "ner" and not any(char.isupper() for char in name):
+            return None
+        name = self._aliases.get(normalize_name(name), name)
+        key = normalize_name(name)
+        return _Span(start, end, name, key, entity_type, spotter) if key else None
+
+    def _title_span(self, title: str) -> _Span | None:
+        """The title as a position-less span, cleaned like any other name; None when titles are off or unusable."""
+        if self._title_type is None or not title.strip():
+            return None
+        cleaned = _clean_bounds(title, 0, len(title))
+        if cleaned is None:
+            return None
+        return self._make_span(0, 0, title[cleaned[0] : cleaned[1]], self._title_type, "title")
+
+    @staticmethod
+    def _title_occurrences(text: str, title_span: _Span) -> list[_Span]:
+        regex = _flexible_name_regex(title_span.name)
+        return [
+            _Span(m.start(), m.end(), title_span.name, title_span.key, title_span.type, "title")
+            for m in regex.finditer(text)
+        ]
+
+    def _title_mention(self, title_span: _Span, candidates: Sequence[_Span]) -> _Span:
+        """The title entity, typed by any spotter that recognized the same name with something more specific."""
+        specific = sorted(
+            (span for span in candidates if span.key == title_span.key and span.spotter != "title"),
+            key=lambda span: _PRIORITY[span.spotter],
+        )
+        for span in specific:
+            if span.type != self._ontology.default_entity_type:
+                return _Span(0, 0, title_span.name, title_span.key, span.type, "title")
+        return title_span
+
+    def _relations(
+        self, chunk_id: str, text: str, spans: Sequence[_Span], sentences: _Sentences
+    ) -> list[RelationMention]:
+        fallback = self._ontology.fallback_relationship_type
+        by_sentence: dict[int, list[_Span]] = {}
+        for span in spans:
+            by_sentence.setdefault(sentences.index_of(span), []).append(span)
+
+        found: dict[tuple[str, ...], RelationMention] = {}
+        typed_pairs: set[frozenset[str]] = set()
+        for index, members in sorted(by_sentence.items()):
+            if len(members) > self._config.max_entities_per_sentence:
+                # A long enumeration is a list, not a web of relations: only neighbours are related.
+                pairs = [(i, i + 1) for i in range(len(members) - 1)]
+            else:
+                pairs = [(i, j) for i in range(len(members)) for j in range(i + 1, len(members))]
+            description = sentences.text(index)
+            for i, j in pairs:
+                first, second = members[i], members[j]
+                if first.key == second.key:
+                    continue
+                # Only adjacent mentions are typed: with another entity in between, the connecting words belong to it.
+                typed = self._typed_relation(text[first.end : second.start]) if j == i + 1 else None
+                if typed is not None:
+                    relation_type, predicate, reverse = typed
+                    source, target = (second, first) if reverse else (first, second)
+                    key: tuple[str, ...] = ("typed", source.key, relation_type, target.key)
+                    weight = 1.0
+                    typed_pairs.add(frozenset((first.key, second.key)))
+                else:
+                    relation_type, predicate, source, target = fallback, COOCCURRENCE_PREDICATE, first, second
+                    key = ("co-occurrence", *sorted((first.key, second.key)))
+                    # Closer mentions are more likely related: neighbours weigh 1/2, one entity apart 1/3, and so on.
+                    weight = 1.0 / (1 + j - i)
+                previous = found.get(key)
+                if previous is None or weight > previous.weight:
+                    found[key] = RelationMention(
+                        source=source.name,
+                        target=target.name,
+                        type=relation_type,
+                        predicate=predicate,
+                        description=description,
+                        weight=weight,
+                        chunk_id=chunk_id,
+                    )
+        # A typed relation says more than co-occurrence of the same pair; keep only the typed one.
+        return [
+            relation
+            for key, relation in found.items()
+            if not (key[0] == "co-occurrence" and frozenset(key[1:]) in typed_pairs)
+        ]
+
+    def _typed_relation(self, between: str) -> tuple[str, str, bool] | None:
+        for regex, relation_type, reverse in self._relation_patterns:
+            match = regex.search(between)
+            if match:
+                return relation_type, " ".join(match.group(0).split()), reverse
+        return None
+
+    def _title_relations(
+        self,
+        chunk_id: str,
+        title_key: str,
+        best: Mapping[str, _Span],
+        relations: Sequence[RelationMention],
+        entities: Sequence[EntityMention],
+    ) -> list[RelationMention]:
+        """The title relates to every entity of the chunk that a sentence has not already related it to."""
+        endpoints = ((normalize_name(r.source), normalize_name(r.target)) for r in relations)
+        linked = {
+            target if source == title_key else source for source, target in endpoints if title_key in (source, target)
+        }
+        descriptions = {normalize_name(entity.name): entity.description for entity in entities}
+        title_name = best[title_key].name
+        return [
+            RelationMention(
+                source=title_name,
+                target=span.name,
+                type=self._ontology.fallback_relationship_type,
+                predicate=TITLE_PREDICATE,
+                description=descriptions[key],
+                weight=TITLE_WEIGHT,
+                chunk_id=chunk_id,
+            )
+            for key, span in best.items()
+            if key != title_key and key not in linked
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class PrecomputedResult:
+    extractions: list[ChunkExtraction]  # one per input chunk, same order
+    quarantined: list[Quarantined]  # records and items that could not be used, with the reason
+
+
+def precomputed_extractions(
+    chunks: Sequence[Chunk], records: Mapping[str, Any], ontology: Ontology
+) -> PrecomputedResult:
+    """Entities and triples shipped with an evaluation set (``records``: doc_id → extraction.jsonl line) attached to
+    the chunks of their documents: an entity to every chunk whose text contains it, a triple to the first chunk
+    containing its subject (and its object, if one contains both); either falls back to the document's first chunk."""
+    by_doc: dict[str, list[int]] = {}
+    for index, chunk in enumerate(chunks):
+        by_doc.setdefault(chunk.doc_id, []).append(index)
+    entities: list[dict[str, EntityMention]] = [{} for _ in chunks]
+    relations: list[list[RelationMention]] = [[] for _ in chunks]
+    quarantined: list[Quarantined] = []
+
+    def reject(doc_id: str, reason: str, raw: Any) -> None:
+        quarantined.append(Quarantined("extraction", doc_id, reason, json.dumps(raw, ensure_ascii=False, default=str)))
+
+    for doc_id, indexes in by_doc.items():
+        if doc_id not in records:
+            continue
+        record = records[doc_id]
+        if not isinstance(record, Mapping):
+            reject(doc_id, f"record is a {type(record).__name__}, not an object", record)
+            continue
+        missing = [name for name in ("entities", "triples") if not isinstance(record.get(name), list)]
+        if missing:
+            reject(doc_id, f"record lacks a list of {' and '.join(missing)}", record)
+            continue
+        indexes = sorted(indexes, key=lambda i: chunks[i].position)
+        loose_texts = {i: _loose(chunks[i].text) for i in indexes}
+
+        def chunks_containing(name: str) -> list[int]:
+            loose = _loose(name)
+            return [i for i in indexes if loose in loose_texts[i]] or [indexes[0]]
+
+        def attach(name: str, index: int) -> None:
+            key = normalize_name(name)
+            if key not in entities[index]:
+                entities[index][key] = EntityMention(
+                    name=name,
+                    type=ontology.default_entity_type,
+                    description=_sentence_with(chunks[index].text, name),
+                    chunk_id=chunks[index].chunk_id,
+                    spotter="precomputed",
+                )
+
+        names: list[str] = []
+        for item in record["entities"]:
+            if not isinstance(item, str) or not normalize_name(item):
+                reject(doc_id, "entity is not a non-empty string", item)
+                continue
+            names.append(" ".join(item.split()))
+        triples: list[tuple[str, str, str]] = []
+        for item in record["triples"]:
+            if not (isinstance(item, list) and len(item) == 3 and all(isinstance(p, str) and p.strip() for p in item)):
+                reject(doc_id, "triple is not a list of three non-empty strings", item)
+                continue
+            subject, predicate, obj = (" ".join(part.split()) for part in item)
+            if normalize_name(subject) == normalize_name(obj):
+                reject(doc_id, "triple relates an entity to itself", item)
+                continue
+            triples.append((subject, predicate, obj))
+            names.extend((subject, obj))
+        for name in names:
+            for index in chunks_containing(name):
+                attach(name, index)
+        for subject, predicate, obj in triples:
+            with_subject = chunks_containing(subject)
+            with_object = set(chunks_containing(obj))
+            index = next((i for i in with_subject if i in with_object), with_subject[0])
+            # Both ends must be entities of the chunk holding the relation, even when the object is written elsewhere.
+            attach(subject, index)
+            attach(obj, index)
+            relations[index].append(
+                RelationMention(
+                    source=subject,
+                    target=obj,
+                    type=ontology.relationship_type(predicate),
+                    predicate=predicate,
+                    description=f"{subject} {predicate} {obj}",
+                    weight=1.0,
+                    chunk_id=chunks[index].chunk_id,
+                )
+            )
+    extractions = [
+        ChunkExtraction(chunk_id=chunk.chunk_id, entities=tuple(entities[i].values()), relations=tuple(relations[i]))
+        for i, chunk in enumerate(chunks)
+    ]
+    return PrecomputedResult(extractions=extractions, quarantined=quarantined)
+
+
+def _resolve_overlaps(candidates: Sequence[_Span]) -> list[_Span]:
+    """Non-overlapping spans in text order, preferring the stronger spotter, then the longer span."""
+    ordered = sorted(candidates, key=lambda s: (_PRIORITY[s.spotter], s.start - s.end, s.start))
+    starts: list[int] = []
+    ends: list[int] = []
+    accepted: list[_Span] = []
+    for span in ordered:
+        # Accepted spans never overlap, so sorted starts imply sorted ends: only the two neighbours can collide.
+        at = bisect.bisect_left(starts, span.start)
+        if (at > 0 and ends[at - 1] > span.start) or (at < len(starts) and starts[at] < span.end):
+            continue
+        starts.insert(at, span.start)
+        ends.insert(at, span.end)
+        accepted.insert(at, span)
+    return accepted
+
+
+def _clean_bounds(text: str, start: int, end: int) -> tuple[int, int] | None:
+    """Span bounds without edge punctuation, a leading determiner or a possessive 's; None if nothing is left."""
+    for _ in range(2):  # twice: "the `payments-api`'s" needs punctuation, determiner and possessive stripping
+        while start < end and text[start] in _EDGE_CHARS:
+            start += 1
+        determiner = _LEADING_DETERMINER.match(text, start, end)
+        if determiner and determiner.end() < end:
+            start = determiner.end()
+        if text[start:end].endswith(_POSSESSIVES):
+            end -= 2
+        while end > start and text[end - 1] in _EDGE_CHARS:
+            end -= 1
+    return (start, end) if end > start else None
+
+
+@functools.lru_cache(maxsize=1024)  # a document's chunks arrive together: one compile per title
+def _flexible_name_regex(name: str) -> re.Pattern[str]:
+    """Whole-word, case-insensitive regex for a name that tolerates spacing differences such as "Person - centered"."""
+    words = [r"\s*-\s*".join(re.escape(part) for part in word.split("-")) for word in name.split()]
+    return re.compile(_BOUNDARY_BEFORE + r"\s+".join(words) + _BOUNDARY_AFTER, re.IGNORECASE)
+
+
+def _segments(text: str, limit: int) -> Iterator[tuple[int, str]]:
+    """(offset, piece) pieces of at most ``limit`` characters, cut at a paragraph, line, sentence or word break."""
+    start = 0
+    while start < len(text):
+        end = min(start + limit, len(text))
+        if end < len(text):
+            for separator in ("\n\n", "\n", ". ", " "):
+                cut = text.rfind(separator, start + limit // 2, end)
+                if cut > start:
+                    end = cut + len(separator)
+                    break
+        yield start, text[start:end]
+        start = end
+
+
+def _split_blocks(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
+    """Sub-sentences of text[start:end] split at markdown block boundaries, without surrounding whitespace."""
+    position = start
+    for match in [*_BLOCK_BREAK.finditer(text, start, end), None]:
+        piece_end = match.start() if match else end
+        piece = text[position:piece_end]
+        stripped = piece.strip()
+        if stripped:
+            offset = position + piece.index(stripped[0])
+            yield offset, offset + len(stripped)
+        if match:
+            position = match.end()
+
+
+def _trim(text: str, limit: int = DESCRIPTION_CHARS) -> str:
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", limit // 2, limit)
+    return text[: cut if cut > 0 else limit].rstrip() + "\u2026"
+
+
+def _loose(text: str) -> str:
+    """Case, whitespace and hyphen spacing folded, for "does this chunk contain that name" checks."""
+    return re.sub(r"\s*-\s*", "-", " ".join(text.split())).casefold()
+
+
+def _sentence_with(text: str, name: str) -> str:
+    loose = _loose(name)
+    for sentence in _PLAIN_SENTENCE_END.split(text):
+        if loose in _loose(sentence):
+            return _trim(sentence)
+    return ""

@@ -1,0 +1,52 @@
+"""Rank fusion: pure arithmetic, unit-tested on its own."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+
+def normalize_by_max(scores: Mapping[str, float]) -> dict[str, float]:
+    """Scale non-negative scores into [0, 1] by the largest one (0 stays 0; an all-zero map stays all zero)."""
+    top = max(scores.values(), default=0.0)
+    if top <= 0:
+        return {key: 0.0 for key in scores}
+    return {key: max(0.0, value) / top for key, value in scores.items()}
+
+
+def weighted_fusion(
+    signals: Mapping[str, Mapping[str, float]],
+    weights: Mapping[str, float],
+) -> dict[str, float]:
+    """combined(item) = Σ_signal weight·score, with a missing score counting as 0.
+
+    Signals must already be on comparable scales (cosine similarity in [0, 1], max-normalized graph activation).
+    """
+    unknown = set(signals) - set(weights)
+    if unknown:
+        raise ValueError(f"no weight for signals {sorted(unknown)}")
+    items = {item for scores in signals.values() for item in scores}
+    return {
+        item: sum(weights[name] * scores.get(item, 0.0) for name, scores in signals.items())
+        for item in items
+    }
+
+
+def reciprocal_rank_fusion(
+    rankings: Mapping[str, Sequence[str]],
+    k: int = 60,
+    weights: Mapping[str, float] | None = None,
+) -> dict[str, float]:
+    """RRF (Cormack et al. 2009): score(item) = Σ_ranking w / (k + rank), rank starting at 1."""
+    if k <= 0:
+        raise ValueError("rrf k must be positive")
+    fused: dict[str, float] = {}
+    for name, ranking in rankings.items():
+        weight = 1.0 if weights is None else weights.get(name, 1.0)
+        for rank, item in enumerate(ranking, start=1):
+            fused[item] = fused.get(item, 0.0) + weight / (k + rank)
+    return fused
+
+
+def rank(scores: Mapping[str, float]) -> list[str]:
+    """Items by descending score; ties broken by id so rankings are deterministic."""
+    return [item for item, _ in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))]

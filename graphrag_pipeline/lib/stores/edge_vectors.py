@@ -1,0 +1,505 @@
+"""The embedded vector store: one Qdrant Edge shard per collection, written by one process at a time, read from copies.
+
+An ``EdgeShard`` directory can be open in only one process at a time (a second ``EdgeShard.load`` fails on the WAL
+lock), while Dagster runs steps in separate processes and agents query from their own. So:
+
+* ``EdgeVectorStore`` (the writer) keeps each collection's *working* shard closed between operations. Every operation
+  takes an exclusive ``flock`` on the collection's lock file, loads the shard, works, flushes and closes it, so writers
+  in different processes (and threads) queue instead of failing. ``session`` keeps a shard open across many small
+  operations when the load/flush/close per call would dominate.
+* ``publish`` optimizes every working shard (Edge never optimizes in the background: without it a collection is one
+  unindexed segment searched by brute force) and copies them all into a new immutable version directory, then
+  atomically switches the ``CURRENT`` pointer. The last two versions are kept.
+* ``EdgeVectorReader`` copies the current version into a private scratch directory and opens that, so any number of
+  reader processes can run next to a writer that keeps writing the working copies.
+
+Layout under the root::
+
+    collections/<name>/shard/      working EdgeShard directory
+    collections/<name>/write.lock  flock serializing everything that opens the working shard
+    published/CURRENT              name of the version readers open
+    published/v000001/<name>/      an immutable, optimized copy of each collection
+    published/publish.lock         serializes publishers
+    published/read.lock            shared while a reader copies a version, exclusive while CURRENT switches
+
+Point ids are the pipeline's string ids mapped to UUIDs (Qdrant accepts only UUIDs and integers); the original id is
+kept in the payload under ``_id`` and removed again from returned payloads.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shutil
+import tempfile
+import threading
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from qdrant_edge import (
+    CountRequest,
+    Distance,
+    EdgeConfig,
+    EdgeShard,
+    EdgeVectorParams,
+    FieldCondition,
+    Filter,
+    MatchValue,
+    PayloadSchemaType,
+    PayloadSelector,
+    Point,
+    Query,
+    QueryRequest,
+    ScrollRequest,
+    UpdateOperation,
+)
+
+from graphrag_pipeline.lib.ids import point_uuid
+from graphrag_pipeline.lib.models import VectorHit, VectorPoint
+
+VECTOR_NAME = "dense"
+ID_KEY = "_id"  # payload key holding the pipeline's own point id
+DOC_IDS_KEY = "doc_ids"
+BATCH_SIZE = 1_000
+KEEP_VERSIONS = 2  # the current version plus the one before it, for comparison or rollback by hand
+
+_COLLECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_VERSION_NAME = re.compile(r"^v(\d{6,})$")
+_EDGE_CONFIG_FILE = "edge_config.json"  # written by Qdrant Edge into every shard directory
+
+
+class CollectionNotFoundError(KeyError):
+    """The collection was never created (writer) or is not in the published version (reader)."""
+
+
+def _collection_config(dimension: int) -> EdgeConfig:
+    return EdgeConfig(vectors={VECTOR_NAME: EdgeVectorParams(size=dimension, distance=Distance.Cosine)})
+
+
+def _check_collection_name(collection: str) -> None:
+    # The name becomes a directory name: no separators, no dot-files, nothing a shell would trip over.
+    if not _COLLECTION_NAME.match(collection):
+        raise ValueError(f"invalid collection name {collection!r}: use letters, digits, '_', '-', '.' (max 128)")
+
+
+def _as_vector(vector: Sequence[float] | np.ndarray, dimension: int, what: str) -> list[float]:
+    array = np.asarray(vector, dtype=np.float32)
+    if array.shape != (dimension,):
+        raise ValueError(f"{what}: expected a vector of dimension {dimension}, got shape {array.shape}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{what}: vector contains NaN or infinity")
+    if not np.any(array):
+        raise ValueError(f"{what}: the zero vector has no cosine similarity")
+    return array.tolist()
+
+
+def _match_filter(must_match: dict[str, Any] | None) -> Filter | None:
+    if not must_match:
+        return None
+    conditions = []
+    for key, value in must_match.items():
+        if not isinstance(value, (str, int, bool)):
+            raise TypeError(f"must_match[{key!r}] must be a str, int or bool, got {type(value).__name__}")
+        conditions.append(FieldCondition(key=key, match=MatchValue(value)))
+    return Filter(must=conditions)
+
+
+def _search(
+    shard: EdgeShard,
+    dimension: int,
+    vector: Sequence[float] | np.ndarray,
+    limit: int,
+    must_match: dict[str, Any] | None,
+) -> list[VectorHit]:
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    request = QueryRequest(
+        limit=limit,
+        query=Query.Nearest(_as_vector(vector, dimension, "query"), using=VECTOR_NAME),
+        filter=_match_filter(must_match),
+        with_payload=True,
+        with_vector=False,
+    )
+    hits = []
+    for scored in shard.query(request):
+        payload = dict(scored.payload or {})
+        hits.append(VectorHit(point_id=payload.pop(ID_KEY), score=float(scored.score), payload=payload))
+    return hits
+
+
+def _count(shard: EdgeShard) -> int:
+    return shard.count(CountRequest(exact=True))
+
+
+def _point_ids(shard: EdgeShard) -> set[str]:
+    ids: set[str] = set()
+    offset = None
+    while True:
+        records, offset = shard.scroll(
+            ScrollRequest(offset=offset, limit=BATCH_SIZE, with_payload=PayloadSelector.Include([ID_KEY]))
+        )
+        ids.update(record.payload[ID_KEY] for record in records)
+        if offset is None:
+            return ids
+
+
+def _shard_dimension(shard_dir: Path) -> int:
+    config = json.loads((shard_dir / _EDGE_CONFIG_FILE).read_text(encoding="utf-8"))
+    return int(config["vectors"][VECTOR_NAME]["size"])
+
+
+@contextmanager
+def _flock(lock_path: Path, mode: int) -> Iterator[None]:
+    """Holds ``flock(mode)`` on the file; a fresh descriptor per call, so threads of one process exclude each other."""
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, mode)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(temporary, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def _read_current(published: Path) -> str | None:
+    try:
+        version = (published / "CURRENT").read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    if not _VERSION_NAME.match(version):
+        raise ValueError(f"corrupt pointer {published / 'CURRENT'}: {version!r}")
+    return version
+
+
+def _published_versions(published: Path) -> list[str]:
+    names = [entry.name for entry in published.iterdir() if entry.is_dir() and _VERSION_NAME.match(entry.name)]
+    return sorted(names, key=lambda name: int(name[1:]))
+
+
+@dataclass
+class _CollectionState:
+    """Per-process bookkeeping of one collection: a mutex for this process's threads and the session's shard."""
+
+    mutex: threading.RLock = field(default_factory=threading.RLock)
+    session_shard: EdgeShard | None = None
+
+
+class EdgeVectorStore:
+    """Writer: named collections of the pipeline's vectors, each an Edge shard under ``root/collections``.
+
+    ``keyword_fields`` get a keyword payload index in every collection (``doc_ids`` is needed by
+    ``delete_by_document``); list other fields that ``search`` filters on with ``must_match``.
+    """
+
+    def __init__(self, root: str | Path, keyword_fields: Sequence[str] = (DOC_IDS_KEY,)) -> None:
+        self.root = Path(root)
+        self.keyword_fields = tuple(dict.fromkeys((DOC_IDS_KEY, *keyword_fields)))
+        self._collections_dir = self.root / "collections"
+        self._published_dir = self.root / "published"
+        self._collections_dir.mkdir(parents=True, exist_ok=True)
+        self._published_dir.mkdir(parents=True, exist_ok=True)
+        self._states: dict[str, _CollectionState] = {}
+        self._states_lock = threading.Lock()
+        self._dimensions: dict[str, int] = {}
+        self._closed = False
+
+    # -- VectorStore protocol ------------------------------------------------------------------------------------
+
+    def ensure_collection(self, collection: str, dimension: int) -> None:
+        """Creates the collection, or checks that the existing one has this dimension; adds missing payload indexes."""
+        _check_collection_name(collection)
+        if dimension < 1:
+            raise ValueError(f"dimension must be positive, got {dimension}")
+        shard_dir = self._shard_dir(collection)
+        with self._locked(collection):
+            state = self._state(collection)
+            if (shard_dir / _EDGE_CONFIG_FILE).exists():
+                existing = _shard_dimension(shard_dir)
+                if existing != dimension:
+                    raise ValueError(f"collection {collection!r} has dimension {existing}, not {dimension}")
+                shard = state.session_shard or EdgeShard.load(str(shard_dir))
+            else:
+                shard = EdgeShard.create(str(shard_dir), _collection_config(dimension))
+            try:
+                indexed = set(shard.info().payload_schema)
+                for field_name in self.keyword_fields:
+                    if field_name not in indexed:
+                        shard.update(UpdateOperation.create_field_index(field_name, PayloadSchemaType.Keyword))
+                shard.flush()
+            finally:
+                if shard is not state.session_shard:
+                    shard.close()
+            self._dimensions[collection] = dimension
+
+    def upsert(self, collection: str, points: Sequence[VectorPoint]) -> None:
+        dimension = self.dimension(collection)
+        converted = [self._to_point(point, dimension) for point in points]
+        if not converted:
+            return
+        with self._shard(collection, writing=True) as shard:
+            for start in range(0, len(converted), BATCH_SIZE):
+                shard.update(UpdateOperation.upsert_points(converted[start : start + BATCH_SIZE]))
+
+    def delete(self, collection: str, point_ids: Sequence[str]) -> None:
+        uuids = [point_uuid(point_id) for point_id in point_ids]
+        with self._shard(collection, writing=True) as shard:
+            for start in range(0, len(uuids), BATCH_SIZE):
+                shard.update(UpdateOperation.delete_points(uuids[start : start + BATCH_SIZE]))
+
+    def delete_by_document(self, collection: str, doc_id: str) -> None:
+        """Removes every point whose ``doc_ids`` list contains ``doc_id``, even if it also lists other documents.
+
+        A point shared by several documents (say, an entity) is rebuilt by the stage that owns it from the documents
+        that remain; keeping a stale vector around would be worse than a short gap.
+        """
+        condition = Filter(must=[FieldCondition(key=DOC_IDS_KEY, match=MatchValue(doc_id))])
+        with self._shard(collection, writing=True) as shard:
+            shard.update(UpdateOperation.delete_points_by_filter(condition))
+
+    def search(
+        self,
+        collection: str,
+        vector: Sequence[float] | np.ndarray,
+        limit: int,
+        must_match: dict[str, Any] | None = None,
+    ) -> list[VectorHit]:
+        """Nearest points by cosine similarity, best first; ``must_match`` values must equal (or be in) the field."""
+        dimension = self.dimension(collection)
+        with self._shard(collection, writing=False) as shard:
+            return _search(shard, dimension, vector, limit, must_match)
+
+    def count(self, collection: str) -> int:
+        with self._shard(collection, writing=False) as shard:
+            return _count(shard)
+
+    def point_ids(self, collection: str) -> set[str]:
+        with self._shard(collection, writing=False) as shard:
+            return _point_ids(shard)
+
+    def close(self) -> None:
+        self._closed = True
+
+    # -- beyond the protocol -------------------------------------------------------------------------------------
+
+    def collections(self) -> list[str]:
+        return sorted(
+            entry.name
+            for entry in self._collections_dir.iterdir()
+            if (entry / "shard" / _EDGE_CONFIG_FILE).exists()
+        )
+
+    def dimension(self, collection: str) -> int:
+        if collection not in self._dimensions:
+            _check_collection_name(collection)
+            config_file = self._shard_dir(collection) / _EDGE_CONFIG_FILE
+            if not config_file.exists():
+                raise CollectionNotFoundError(f"collection {collection!r} does not exist under {self.root}")
+            self._dimensions[collection] = _shard_dimension(config_file.parent)
+        return self._dimensions[collection]
+
+    @contextmanager
+    def session(self, collection: str) -> Iterator[None]:
+        """Keeps the collection's shard open (and other writers out) while the block runs.
+
+        Inside the block this thread's operations on the collection reuse the open shard instead of paying a
+        load, flush and close each; the shard is flushed and closed when the block ends.
+        """
+        self.dimension(collection)  # fail fast on a missing collection
+        state = self._state(collection)
+        with self._locked(collection):
+            if state.session_shard is not None:
+                raise RuntimeError(f"a session on collection {collection!r} is already open in this thread")
+            shard = EdgeShard.load(str(self._shard_dir(collection)))
+            state.session_shard = shard
+            try:
+                yield
+                shard.flush()
+            finally:
+                state.session_shard = None
+                shard.close()
+
+    def publish(self, optimize: bool = True) -> str:
+        """Copies every collection into a new immutable version, switches ``CURRENT`` to it and returns its name.
+
+        ``optimize`` builds the HNSW index (and vacuums deletions) first, so readers do not search by brute force;
+        it is the slow part for large collections (about two minutes for 50k 384-d vectors on two cores) and is
+        incremental: segments already indexed are not rebuilt unless they are merged.
+        """
+        self._check_open()
+        with _flock(self._published_dir / "publish.lock", fcntl.LOCK_EX):
+            for leftover in self._published_dir.glob(".staging-*"):
+                shutil.rmtree(leftover)  # a publisher that died mid-copy; we hold the publish lock
+            versions = _published_versions(self._published_dir)
+            version = f"v{int(versions[-1][1:]) + 1 if versions else 1:06d}"
+            staging = self._published_dir / f".staging-{version}"
+            staging.mkdir()
+            for collection in self.collections():
+                self._copy_working_shard(collection, staging / collection, optimize)
+            staging.rename(self._published_dir / version)
+            with _flock(self._published_dir / "read.lock", fcntl.LOCK_EX):
+                _write_atomically(self._published_dir / "CURRENT", version + "\n")
+                for old in _published_versions(self._published_dir)[:-KEEP_VERSIONS]:
+                    shutil.rmtree(self._published_dir / old)
+        return version
+
+    def __enter__(self) -> EdgeVectorStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- internals -----------------------------------------------------------------------------------------------
+
+    def _shard_dir(self, collection: str) -> Path:
+        return self._collections_dir / collection / "shard"
+
+    def _state(self, collection: str) -> _CollectionState:
+        with self._states_lock:
+            return self._states.setdefault(collection, _CollectionState())
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("EdgeVectorStore is closed")
+
+    @contextmanager
+    def _locked(self, collection: str) -> Iterator[None]:
+        """This process's mutex, then the cross-process flock; re-entered freely inside this thread's session."""
+        self._check_open()
+        state = self._state(collection)
+        with state.mutex:
+            if state.session_shard is not None:
+                yield  # this thread already holds the flock for its session
+                return
+            lock_path = self._collections_dir / collection / "write.lock"
+            lock_path.parent.mkdir(parents=True, exist_ok=True)
+            with _flock(lock_path, fcntl.LOCK_EX):
+                yield
+
+    @contextmanager
+    def _shard(self, collection: str, writing: bool) -> Iterator[EdgeShard]:
+        self.dimension(collection)
+        state = self._state(collection)
+        with self._locked(collection):
+            if state.session_shard is not None:
+                yield state.session_shard
+                return
+            shard = EdgeShard.load(str(self._shard_dir(collection)))
+            try:
+                yield shard
+                if writing:
+                    shard.flush()
+            finally:
+                shard.close()
+
+    def _copy_working_shard(self, collection: str, target: Path, optimize: bool) -> None:
+        state = self._state(collection)
+        with self._locked(collection):
+            if state.session_shard is not None:
+                raise RuntimeError(f"cannot publish while a session on {collection!r} is open in this thread")
+            shard = EdgeShard.load(str(self._shard_dir(collection)))
+            try:
+                if optimize:
+                    shard.optimize()
+                shard.flush()
+            finally:
+                shard.close()
+            # Copied while still holding the lock, so no writer changes the files mid-copy.
+            shutil.copytree(self._shard_dir(collection), target)
+
+    @staticmethod
+    def _to_point(point: VectorPoint, dimension: int) -> Point:
+        if not isinstance(point.point_id, str) or not point.point_id:
+            raise ValueError(f"point id must be a non-empty string, got {point.point_id!r}")
+        if ID_KEY in point.payload:
+            raise ValueError(f"point {point.point_id!r}: payload key {ID_KEY!r} is reserved for the point id")
+        vector = _as_vector(point.vector, dimension, f"point {point.point_id!r}")
+        return Point(
+            id=point_uuid(point.point_id),
+            vector={VECTOR_NAME: vector},
+            payload={**point.payload, ID_KEY: point.point_id},
+        )
+
+
+class EdgeVectorReader:
+    """Read-only view of the published version current when it was opened, safe to search from many threads.
+
+    The version is copied into a private scratch directory (removed on ``close``, on garbage collection or at
+    interpreter exit) because an Edge shard directory can be open in only one process. To see a newer version,
+    open a new reader.
+    """
+
+    def __init__(self, root: str | Path, scratch_dir: str | Path | None = None) -> None:
+        self.root = Path(root)
+        published = self.root / "published"
+        self._scratch = Path(tempfile.mkdtemp(prefix="graphrag-edge-reader-", dir=scratch_dir))
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self._scratch, ignore_errors=True)
+        self._shards: dict[str, EdgeShard] = {}
+        self._dimensions: dict[str, int] = {}
+        self._lock = threading.Lock()
+        try:
+            if _read_current(published) is None:
+                raise FileNotFoundError(f"no vector index has been published under {self.root}")
+            with _flock(published / "read.lock", fcntl.LOCK_SH):
+                # Read again under the lock: a publisher may have switched versions (and pruned this one) meanwhile.
+                self.version = str(_read_current(published))
+                shutil.copytree(published / self.version, self._scratch / self.version)
+            for shard_dir in sorted((self._scratch / self.version).iterdir()):
+                self._dimensions[shard_dir.name] = _shard_dimension(shard_dir)
+                self._shards[shard_dir.name] = EdgeShard.load(str(shard_dir))
+        except BaseException:
+            self.close()
+            raise
+
+    def collections(self) -> list[str]:
+        return sorted(self._dimensions)
+
+    def search(
+        self,
+        collection: str,
+        vector: Sequence[float] | np.ndarray,
+        limit: int,
+        must_match: dict[str, Any] | None = None,
+    ) -> list[VectorHit]:
+        shard = self._shard(collection)
+        return _search(shard, self._dimensions[collection], vector, limit, must_match)
+
+    def count(self, collection: str) -> int:
+        return _count(self._shard(collection))
+
+    def point_ids(self, collection: str) -> set[str]:
+        return _point_ids(self._shard(collection))
+
+    def close(self) -> None:
+        with self._lock:
+            shards, self._shards = self._shards, {}
+        for shard in shards.values():
+            shard.close()
+        self._cleanup()
+
+    def __enter__(self) -> EdgeVectorReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _shard(self, collection: str) -> EdgeShard:
+        if not self._cleanup.alive:
+            raise RuntimeError("EdgeVectorReader is closed")
+        shard = self._shards.get(collection)
+        if shard is None:
+            raise CollectionNotFoundError(f"collection {collection!r} is not in published version {self.version}")
+        return shard

@@ -1,0 +1,56 @@
+"""The query module agents import.
+
+    from graphrag_pipeline.query import open_index
+    with open_index() as index:                     # reads graphrag.yaml / $GRAPHRAG_CONFIG like the pipeline
+        response = index.query("alert on payments-api: which services depend on it?")
+        for result in response.results:
+            print(result.combined_score, result.source["title"], result.entity_path)
+
+Importing this package loads no model and no Dagster; the embedder loads on the first question. One open index is
+thread-safe: share it between the threads that answer questions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from graphrag_pipeline.lib.config import PipelineSettings, load_settings
+from graphrag_pipeline.query.engine import QueryEngine
+from graphrag_pipeline.query.models import MODES, Citation, QueryResponse, QueryResult
+
+
+class IndexNotFoundError(FileNotFoundError):
+    pass
+
+
+def open_index(
+    config_path: str | Path | None = None,
+    *,
+    index_dir: str | Path | None = None,
+    settings: PipelineSettings | None = None,
+) -> QueryEngine:
+    """Open the index the pipeline built (read-only; safe while the pipeline keeps writing a newer version)."""
+    if settings is None:
+        overrides = {"index_dir": str(index_dir)} if index_dir is not None else {}
+        settings = load_settings(config_path, **overrides)
+    elif index_dir is not None:
+        settings = settings.with_overrides(index_dir=str(index_dir))
+    root = Path(settings.index_dir)
+    if not (root / "state.sqlite").is_file():
+        raise IndexNotFoundError(f"no index at {root.resolve()}: materialize the pipeline's assets first")
+
+    from graphrag_pipeline.lib.embedders import LocalEmbedder
+    from graphrag_pipeline.lib.state import StateStore
+    from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorReader
+    from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
+
+    return QueryEngine(
+        settings,
+        state=StateStore(root / "state.sqlite", read_only=True),
+        graph_store=EmbeddedGraphStore(root / "graph.sqlite", read_only=True),
+        vector_store=EdgeVectorReader(root / "vectors"),
+        embedder=LocalEmbedder(settings.embedder),
+    )
+
+
+__all__ = ["MODES", "Citation", "IndexNotFoundError", "QueryEngine", "QueryResponse", "QueryResult", "open_index"]

@@ -1,0 +1,434 @@
+"""The GraphStore contract: every implementation must pass these tests.
+
+To add an implementation, add one entry to ``GRAPH_STORE_FACTORIES``: a callable that takes an empty per-test
+directory and returns a fresh, empty store. Tests below the "embedded only" line exercise the SQLite file itself.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from graphrag_pipeline.lib.models import Entity, Relationship
+from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
+from graphrag_pipeline.lib.stores.protocols import GraphStore, TraversalHit
+
+GRAPH_STORE_FACTORIES: dict[str, Callable[[Path], GraphStore]] = {
+    "embedded": lambda directory: EmbeddedGraphStore(directory / "graph.sqlite"),
+}
+
+
+@pytest.fixture(params=sorted(GRAPH_STORE_FACTORIES))
+def graph_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[GraphStore]:
+    store = GRAPH_STORE_FACTORIES[request.param](tmp_path)
+    yield store
+    store.close()
+
+
+def entity(entity_id: str, *, mentions: int = 1, type_: str = "CONCEPT", name: str | None = None) -> Entity:
+    return Entity(
+        entity_id=entity_id,
+        name=name or entity_id.upper(),
+        canonical=entity_id,
+        type=type_,
+        description=f"about {entity_id}",
+        mention_count=mentions,
+        chunk_ids=(f"chunk-{entity_id}",),
+        doc_ids=("doc-1",),
+    )
+
+
+def rel(source: str, target: str, weight: float = 1.0, type_: str = "RELATED_TO") -> Relationship:
+    return Relationship(
+        relationship_id=f"{source}-{type_}-{target}",
+        source_id=source,
+        target_id=target,
+        type=type_,
+        description=f"{source} {type_} {target}",
+        weight=weight,
+        chunk_ids=("chunk-1",),
+        doc_ids=("doc-1",),
+    )
+
+
+def build(store: GraphStore, relationships: list[Relationship], extra_entities: tuple[str, ...] = ()) -> None:
+    ids = {r.source_id for r in relationships} | {r.target_id for r in relationships} | set(extra_entities)
+    store.upsert_entities([entity(eid) for eid in sorted(ids)])
+    store.upsert_relationships(relationships)
+
+
+def expected_spread(parent: float, decay: float, weight: float, degree: int) -> float:
+    """The documented scoring: parent × decay × w/(1+w) / log2(2 + degree of the neighbour)."""
+    return parent * decay * weight / (1 + weight) / math.log2(2 + degree)
+
+
+def by_id(hits: list[TraversalHit]) -> dict[str, TraversalHit]:
+    return {hit.entity_id: hit for hit in hits}
+
+
+def test_implements_protocol(graph_store: GraphStore) -> None:
+    assert isinstance(graph_store, GraphStore)
+
+
+def test_round_trip_keeps_every_field(graph_store: GraphStore) -> None:
+    ada = Entity(
+        entity_id="ent-ada",
+        name="Ada Lovelace",
+        canonical="ada lovelace",
+        type="PERSON",
+        description="Wrote the first program. Ünïcode ok.",
+        mention_count=7,
+        chunk_ids=("c2", "c1"),
+        doc_ids=("d1",),
+        aliases=("Ada", "Countess of Lovelace"),
+    )
+    babbage = entity("ent-babbage", type_="PERSON")
+    worked = Relationship(
+        relationship_id="rel-1",
+        source_id="ent-ada",
+        target_id="ent-babbage",
+        type="RELATED_TO",
+        description="worked with",
+        weight=2.5,
+        chunk_ids=("c1",),
+        doc_ids=("d1", "d2"),
+        predicates=("worked with", "corresponded with"),
+    )
+    graph_store.upsert_entities([ada, babbage])
+    graph_store.upsert_relationships([worked])
+
+    assert graph_store.get_entities(["ent-ada", "ent-babbage", "ent-missing"]) == {
+        "ent-ada": ada,
+        "ent-babbage": babbage,
+    }
+    assert graph_store.get_relationships(["rel-1", "rel-missing"]) == {"rel-1": worked}
+
+
+def test_reupsert_is_idempotent_and_updates_win(graph_store: GraphStore) -> None:
+    relationships = [rel("a", "b"), rel("b", "c")]
+    build(graph_store, relationships)
+    graph_store.set_chunk_mentions({"c1": ["a", "b"]})
+    before = graph_store.stats()
+
+    build(graph_store, relationships)
+    graph_store.set_chunk_mentions({"c1": ["a", "b"]})
+    assert graph_store.stats() == before
+
+    renamed = Entity(**{**entity("a").to_dict(), "name": "Renamed", "mention_count": 9, "aliases": ("x",)})
+    heavier = Relationship(**{**rel("a", "b").to_dict(), "weight": 4.0, "description": "new"})
+    graph_store.upsert_entities([renamed])
+    graph_store.upsert_relationships([heavier])
+    assert graph_store.stats() == before
+    assert graph_store.get_entities(["a"])["a"] == renamed
+    assert graph_store.get_relationships([heavier.relationship_id])[heavier.relationship_id] == heavier
+
+
+def test_relationship_with_unknown_endpoint_is_rejected(graph_store: GraphStore) -> None:
+    graph_store.upsert_entities([entity("a")])
+    with pytest.raises(ValueError, match="unknown entities"):
+        graph_store.upsert_relationships([rel("a", "a2"), rel("a", "ghost")])
+    assert graph_store.all_relationship_ids() == set()
+
+
+def test_relationship_weight_must_be_positive(graph_store: GraphStore) -> None:
+    graph_store.upsert_entities([entity("a"), entity("b")])
+    for weight in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="weight"):
+            graph_store.upsert_relationships([rel("a", "b", weight=weight)])
+
+
+def test_mentions_of_unknown_entities_are_rejected(graph_store: GraphStore) -> None:
+    graph_store.upsert_entities([entity("a")])
+    with pytest.raises(ValueError, match="unknown entities"):
+        graph_store.set_chunk_mentions({"c1": ["a", "ghost"]})
+    assert graph_store.entities_of_chunks(["c1"]) == {}
+
+
+def test_delete_entities_cascades(graph_store: GraphStore) -> None:
+    build(graph_store, [rel("a", "b"), rel("b", "c"), rel("c", "a")])
+    graph_store.set_chunk_mentions({"c1": ["a", "b"], "c2": ["b", "c"]})
+    graph_store.traverse({"a": 1.0}, max_hops=2)
+
+    graph_store.delete_entities(["b"])
+
+    assert graph_store.all_entity_ids() == {"a", "c"}
+    assert graph_store.all_relationship_ids() == {"c-RELATED_TO-a"}
+    assert graph_store.entities_of_chunks(["c1", "c2"]) == {"c1": ["a"], "c2": ["c"]}
+    assert graph_store.chunks_of_entities(["b"]) == {}
+    assert {hit.entity_id for hit in graph_store.traverse({"a": 1.0}, max_hops=2)} == {"a", "c"}
+
+
+def test_delete_relationships(graph_store: GraphStore) -> None:
+    build(graph_store, [rel("a", "b"), rel("b", "c")])
+    graph_store.traverse({"a": 1.0}, max_hops=2)
+    graph_store.delete_relationships(["a-RELATED_TO-b", "never-existed"])
+    assert graph_store.all_relationship_ids() == {"b-RELATED_TO-c"}
+    assert graph_store.all_entity_ids() == {"a", "b", "c"}
+    assert [hit.entity_id for hit in graph_store.traverse({"a": 1.0}, max_hops=2)] == ["a"]
+
+
+def test_chunk_mentions_replace_and_delete(graph_store: GraphStore) -> None:
+    graph_store.upsert_entities([entity(eid) for eid in ("a", "b", "c")])
+    graph_store.set_chunk_mentions({"c1": ["b", "a"], "c2": ["a"]})
+    assert graph_store.entities_of_chunks(["c1", "c2", "c9"]) == {"c1": ["a", "b"], "c2": ["a"]}
+    assert graph_store.chunks_of_entities(["a", "b", "c"]) == {"a": ["c1", "c2"], "b": ["c1"]}
+
+    graph_store.set_chunk_mentions({"c1": ["c"]})
+    assert graph_store.entities_of_chunks(["c1", "c2"]) == {"c1": ["c"], "c2": ["a"]}
+
+    graph_store.set_chunk_mentions({"c2": []})
+    assert graph_store.entities_of_chunks(["c1", "c2"]) == {"c1": ["c"]}
+
+    graph_store.delete_chunks(["c1"])
+    assert graph_store.entities_of_chunks(["c1", "c2"]) == {}
+    assert graph_store.all_entity_ids() == {"a", "b", "c"}
+
+
+def test_traversal_respects_max_hops_and_decays(graph_store: GraphStore) -> None:
+    build(graph_store, [rel("a", "b"), rel("b", "c"), rel("c", "d")])
+
+    hits = by_id(graph_store.traverse({"a": 1.0}, max_hops=2, decay=0.5))
+
+    assert set(hits) == {"a", "b", "c"}
+    assert hits["a"] == TraversalHit("a", 0, 1.0, ("a",), ())
+    assert hits["b"].hops == 1 and hits["c"].hops == 2
+    assert hits["b"].score == pytest.approx(expected_spread(1.0, 0.5, 1.0, degree=2))
+    assert hits["c"].score == pytest.approx(expected_spread(hits["b"].score, 0.5, 1.0, degree=2))
+    assert hits["c"].score < hits["b"].score < hits["a"].score
+    assert [hit.entity_id for hit in graph_store.traverse({"a": 1.0}, max_hops=0)] == ["a"]
+
+
+def test_traversal_keeps_best_path(graph_store: GraphStore) -> None:
+    build(graph_store, [rel("s", "x", weight=0.1), rel("s", "y", weight=10.0), rel("y", "x", weight=10.0)])
+
+    hits = by_id(graph_store.traverse({"s": 1.0}, max_hops=2))
+
+    via_y = expected_spread(expected_spread(1.0, 0.5, 10.0, degree=2), 0.5, 10.0, degree=2)
+    assert via_y > expected_spread(1.0, 0.5, 0.1, degree=2)
+    assert hits["x"].hops == 2
+    assert hits["x"].score == pytest.approx(via_y)
+    assert hits["x"].path == ("s", "y", "x")
+    assert hits["x"].via_relationships == ("s-RELATED_TO-y", "y-RELATED_TO-x")
+
+    one_hop = by_id(graph_store.traverse({"s": 1.0}, max_hops=1))
+    assert one_hop["x"].path == ("s", "x") and one_hop["x"].hops == 1
+
+
+def test_traversal_suppresses_hubs(graph_store: GraphStore) -> None:
+    leaves = [rel("hub", f"leaf{i:02d}") for i in range(49)]
+    build(graph_store, [rel("s", "hub"), rel("s", "loner"), *leaves])
+
+    hits = by_id(graph_store.traverse({"s": 1.0}, max_hops=1))
+
+    assert hits["hub"].score < hits["loner"].score
+    assert hits["hub"].score == pytest.approx(expected_spread(1.0, 0.5, 1.0, degree=50))
+    assert hits["loner"].score == pytest.approx(expected_spread(1.0, 0.5, 1.0, degree=1))
+
+
+def test_traversal_fanout_takes_heaviest_neighbours(graph_store: GraphStore) -> None:
+    build(graph_store, [rel("s", f"n{i}", weight=float(i)) for i in range(1, 11)])
+
+    hits = graph_store.traverse({"s": 1.0}, max_hops=1, fanout=3)
+
+    assert [hit.entity_id for hit in hits] == ["s", "n10", "n9", "n8"]
+
+
+def test_traversal_relationship_type_filter(graph_store: GraphStore) -> None:
+    build(
+        graph_store,
+        [
+            rel("svc", "db", type_="DEPENDS_ON"),
+            rel("svc", "team", type_="OWNED_BY"),
+            rel("db", "team2", type_="OWNED_BY"),
+            rel("db", "cache", type_="DEPENDS_ON"),
+        ],
+    )
+
+    hits = graph_store.traverse({"svc": 1.0}, max_hops=2, relationship_types=["DEPENDS_ON"])
+
+    assert {hit.entity_id for hit in hits} == {"svc", "db", "cache"}
+    assert [hit.entity_id for hit in graph_store.traverse({"svc": 1.0}, max_hops=2, relationship_types=[])] == ["svc"]
+
+
+def test_traversal_is_undirected_and_deterministic(graph_store: GraphStore) -> None:
+    build(graph_store, [rel(f"p{i}", "s") for i in (3, 1, 2)] + [rel("p1", "q"), rel("q", "p2"), rel("p3", "q")])
+
+    first = graph_store.traverse({"s": 1.0}, max_hops=2)
+
+    assert [hit.entity_id for hit in first[:4]] == ["s", "p1", "p2", "p3"]  # equal scores: ties by id
+    assert [hit.score for hit in first] == sorted((hit.score for hit in first), reverse=True)
+    assert by_id(first)["q"].path == ("s", "p1", "q")
+    assert all(graph_store.traverse({"s": 1.0}, max_hops=2) == first for _ in range(3))
+
+
+def test_traversal_seeds(graph_store: GraphStore) -> None:
+    build(graph_store, [rel("a", "b"), rel("b", "c")], extra_entities=("alone",))
+
+    hits = by_id(graph_store.traverse({"a": 1.0, "c": 0.01, "alone": 0.5, "ghost": 1.0}, max_hops=2))
+
+    assert set(hits) == {"a", "b", "c", "alone"}  # unknown seeds are ignored
+    assert hits["c"] == TraversalHit("c", 0, 0.01, ("c",), ())  # a seed keeps its own activation
+    assert hits["alone"].score == 0.5 and hits["alone"].hops == 0
+    assert hits["b"].path == ("a", "b")
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"max_hops": -1}, {"max_hops": 1, "decay": 0.0}, {"max_hops": 1, "decay": 1.5}, {"max_hops": 1, "fanout": 0}]
+)
+def test_traversal_rejects_bad_parameters(graph_store: GraphStore, kwargs: dict) -> None:
+    build(graph_store, [rel("a", "b")])
+    with pytest.raises(ValueError):
+        graph_store.traverse({"a": 1.0}, **kwargs)
+    with pytest.raises(ValueError):
+        graph_store.traverse({"a": float("nan")}, max_hops=1)
+
+
+def test_traversal_sees_later_writes(graph_store: GraphStore) -> None:
+    build(graph_store, [rel("a", "b")])
+    assert {hit.entity_id for hit in graph_store.traverse({"a": 1.0}, max_hops=2)} == {"a", "b"}
+
+    build(graph_store, [rel("b", "c", weight=3.0)])
+    graph_store.upsert_relationships([rel("a", "b", weight=5.0)])
+
+    hits = by_id(graph_store.traverse({"a": 1.0}, max_hops=2))
+    assert set(hits) == {"a", "b", "c"}
+    assert hits["b"].score == pytest.approx(expected_spread(1.0, 0.5, 5.0, degree=2))
+
+
+def test_relationships_between(graph_store: GraphStore) -> None:
+    build(graph_store, [rel("a", "b", 1.0), rel("b", "c", 3.0), rel("c", "a", 2.0), rel("c", "d", 9.0)])
+
+    between = graph_store.relationships_between(["a", "b", "c"])
+    assert [r.relationship_id for r in between] == ["b-RELATED_TO-c", "c-RELATED_TO-a", "a-RELATED_TO-b"]
+    assert [r.relationship_id for r in graph_store.relationships_between(["a", "b", "c"], limit=1)] == [
+        "b-RELATED_TO-c"
+    ]
+    assert graph_store.relationships_between(["a", "d"]) == []
+
+
+def test_stats(graph_store: GraphStore) -> None:
+    assert graph_store.stats().entity_count == 0
+    graph_store.upsert_entities([entity("a", type_="PERSON"), entity("b", type_="PERSON"), entity("c")])
+    graph_store.upsert_relationships([rel("a", "b", type_="KNOWS"), rel("b", "c"), rel("a", "c")])
+    graph_store.set_chunk_mentions({"c1": ["a"], "c2": ["a", "b"]})
+
+    stats = graph_store.stats()
+
+    assert (stats.entity_count, stats.relationship_count, stats.chunk_count) == (3, 3, 2)
+    assert stats.entity_types == {"PERSON": 2, "CONCEPT": 1}
+    assert stats.relationship_types == {"KNOWS": 1, "RELATED_TO": 2}
+
+
+def test_listing_pages_and_orders(graph_store: GraphStore) -> None:
+    graph_store.upsert_entities(
+        [entity("e1", mentions=5, name="Delta"), entity("e2", mentions=9, name="Bravo"),
+         entity("e3", mentions=5, name="Alpha"), entity("e4", mentions=1, name="Charlie")]
+    )
+    graph_store.upsert_relationships([rel("e1", "e2", 2.0), rel("e2", "e3", 7.0), rel("e1", "e3", 2.0)])
+
+    by_mentions = [e.name for e in graph_store.list_entities(limit=10)]
+    assert by_mentions == ["Bravo", "Alpha", "Delta", "Charlie"]
+    assert [e.name for e in graph_store.list_entities(offset=1, limit=2)] == ["Alpha", "Delta"]
+    assert [e.name for e in graph_store.list_entities(limit=10, order_by="name")] == [
+        "Alpha", "Bravo", "Charlie", "Delta"
+    ]
+    assert graph_store.list_entities(offset=4) == []
+    with pytest.raises(ValueError):
+        graph_store.list_entities(order_by="degree")
+
+    assert [r.relationship_id for r in graph_store.list_relationships()] == [
+        "e2-RELATED_TO-e3", "e1-RELATED_TO-e2", "e1-RELATED_TO-e3"
+    ]
+    assert [r.relationship_id for r in graph_store.list_relationships(offset=2, limit=5)] == ["e1-RELATED_TO-e3"]
+    assert graph_store.all_entity_ids() == {"e1", "e2", "e3", "e4"}
+    assert graph_store.all_relationship_ids() == {"e1-RELATED_TO-e2", "e2-RELATED_TO-e3", "e1-RELATED_TO-e3"}
+
+
+def test_weighted_edges_sum_parallel_relationships(graph_store: GraphStore) -> None:
+    build(
+        graph_store,
+        [
+            rel("a", "b", 1.0),
+            rel("b", "a", 2.0, type_="DEPENDS_ON"),
+            rel("a", "b", 0.5, type_="OWNED_BY"),
+            rel("b", "c", 4.0),
+            rel("c", "c", 9.0),
+        ],
+    )
+
+    assert sorted(graph_store.weighted_edges()) == [("a", "b", 3.5), ("b", "c", 4.0)]
+
+
+def test_concurrent_traversals_and_reads(graph_store: GraphStore) -> None:
+    build(graph_store, [rel(f"n{i}", f"n{i + 1}") for i in range(200)])
+    expected = graph_store.traverse({"n0": 1.0}, max_hops=3)
+    errors: list[BaseException] = []
+    results: list[list[TraversalHit]] = []
+
+    def reader() -> None:
+        try:
+            for _ in range(20):
+                results.append(graph_store.traverse({"n0": 1.0}, max_hops=3))
+                assert len(graph_store.get_entities([f"n{i}" for i in range(50)])) == 50
+        except BaseException as error:  # surfaced to the main thread below
+            errors.append(error)
+
+    def writer() -> None:
+        try:
+            for i in range(20):
+                graph_store.upsert_entities([entity(f"extra{i}")])
+                graph_store.upsert_relationships([rel("n150", f"extra{i}")])
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=reader) for _ in range(4)] + [threading.Thread(target=writer)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert errors == []
+    assert len(results) == 80 and all(result == expected for result in results)
+
+
+# -- embedded only -------------------------------------------------------------------------------------------------
+
+
+def test_embedded_reopen_keeps_data(tmp_path: Path) -> None:
+    path = tmp_path / "graph.sqlite"
+    with EmbeddedGraphStore(path) as store:
+        build(store, [rel("a", "b")])
+        store.set_chunk_mentions({"c1": ["a"]})
+    with EmbeddedGraphStore(path) as store:
+        assert store.all_relationship_ids() == {"a-RELATED_TO-b"}
+        assert store.entities_of_chunks(["c1"]) == {"c1": ["a"]}
+
+
+def test_embedded_read_only_sees_writer_and_refuses_writes(tmp_path: Path) -> None:
+    path = tmp_path / "nested" / "graph.sqlite"
+    with EmbeddedGraphStore(path) as writer:
+        build(writer, [rel("a", "b")])
+        with EmbeddedGraphStore(path, read_only=True) as reader:
+            assert {hit.entity_id for hit in reader.traverse({"a": 1.0}, max_hops=2)} == {"a", "b"}
+
+            build(writer, [rel("b", "c")])
+            writer.delete_relationships(["a-RELATED_TO-b"])
+            build(writer, [rel("a", "d")])
+
+            assert {hit.entity_id for hit in reader.traverse({"a": 1.0}, max_hops=2)} == {"a", "d"}
+            assert reader.get_entities(["c"])["c"] == entity("c")
+            with pytest.raises(PermissionError):
+                reader.upsert_entities([entity("z")])
+            with pytest.raises(PermissionError):
+                reader.delete_entities(["a"])
+    with EmbeddedGraphStore(path, read_only=True) as reopened:
+        assert "z" not in reopened.all_entity_ids()
+
+
+def test_embedded_read_only_needs_existing_file(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        EmbeddedGraphStore(tmp_path / "missing.sqlite", read_only=True)

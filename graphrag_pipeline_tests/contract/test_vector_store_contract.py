@@ -1,0 +1,354 @@
+"""The VectorStore contract, run against every implementation, plus the Edge store's publish/reader behaviour.
+
+To run the contract against another implementation, add its factory to ``VECTOR_STORE_FACTORIES``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import graphrag_pipeline
+from graphrag_pipeline.lib.models import VectorPoint
+from graphrag_pipeline.lib.stores.edge_vectors import CollectionNotFoundError, EdgeVectorReader, EdgeVectorStore
+from graphrag_pipeline.lib.stores.protocols import VectorStore
+
+VECTOR_STORE_FACTORIES: dict[str, Callable[[Path], VectorStore]] = {
+    "edge": lambda tmp_path: EdgeVectorStore(tmp_path / "vectors", keyword_fields=("doc_ids", "kind")),
+}
+
+DIM = 4
+
+
+@pytest.fixture(params=sorted(VECTOR_STORE_FACTORIES))
+def vector_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorStore]:
+    store = VECTOR_STORE_FACTORIES[request.param](tmp_path)
+    yield store
+    store.close()
+
+
+def point(point_id: str, vector: list[float], doc_ids: list[str], **payload: object) -> VectorPoint:
+    return VectorPoint(point_id=point_id, vector=tuple(vector), payload={"doc_ids": doc_ids, **payload})
+
+
+def corpus() -> list[VectorPoint]:
+    return [
+        point("chunk-a", [1.0, 0.0, 0.0, 0.0], ["doc-1"], kind="chunk", text="alpha"),
+        point("chunk-b", [0.8, 0.6, 0.0, 0.0], ["doc-1"], kind="chunk", text="beta"),
+        point("chunk-c", [0.0, 1.0, 0.0, 0.0], ["doc-2"], kind="chunk", text="gamma"),
+        point("ent-x", [0.0, 0.0, 1.0, 0.0], ["doc-1", "doc-2"], kind="entity", text="shared"),
+        point("ent-y", [0.0, 0.0, 0.6, 0.8], ["doc-3"], kind="entity", text="other"),
+    ]
+
+
+# -- contract ------------------------------------------------------------------------------------------------------
+
+
+def test_search_returns_nearest_first_with_cosine_scores(vector_store: VectorStore) -> None:
+    vector_store.ensure_collection("chunks", DIM)
+    vector_store.upsert("chunks", corpus())
+
+    query = np.array([4.0, 1.0, 0.0, 0.0])  # not unit length: cosine must not care
+    unit = query / np.linalg.norm(query)
+
+    hits = vector_store.search("chunks", query, limit=3)
+
+    assert [hit.point_id for hit in hits] == ["chunk-a", "chunk-b", "chunk-c"]
+    assert [hit.score for hit in hits] == pytest.approx([unit[0], 0.8 * unit[0] + 0.6 * unit[1], unit[1]], abs=1e-5)
+    assert hits[0].payload == {"doc_ids": ["doc-1"], "kind": "chunk", "text": "alpha"}
+
+
+def test_numpy_vectors_are_accepted_for_points_and_queries(vector_store: VectorStore) -> None:
+    vector_store.ensure_collection("chunks", DIM)
+    vector_store.upsert("chunks", [VectorPoint("p", np.array([0.0, 3.0, 4.0, 0.0], dtype=np.float64), {"doc_ids": []})])
+
+    hits = vector_store.search("chunks", np.array([0.0, 0.0, 1.0, 0.0], dtype=np.float32), limit=1)
+
+    assert hits[0].point_id == "p"
+    assert hits[0].score == pytest.approx(0.8, abs=1e-5)
+
+
+def test_upserting_the_same_ids_again_replaces_instead_of_duplicating(vector_store: VectorStore) -> None:
+    vector_store.ensure_collection("chunks", DIM)
+    vector_store.upsert("chunks", corpus())
+    vector_store.upsert("chunks", [point("chunk-a", [0.0, 1.0, 0.0, 0.0], ["doc-9"], kind="chunk", text="new")])
+    vector_store.upsert("chunks", corpus()[1:])
+
+    assert vector_store.count("chunks") == 5
+    hits = vector_store.search("chunks", [0.0, 1.0, 0.0, 0.0], limit=2)
+    assert {hit.point_id for hit in hits} == {"chunk-a", "chunk-c"}
+    updated = next(hit for hit in hits if hit.point_id == "chunk-a")
+    assert updated.payload == {"doc_ids": ["doc-9"], "kind": "chunk", "text": "new"}
+    assert updated.score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_delete_removes_only_the_given_points(vector_store: VectorStore) -> None:
+    vector_store.ensure_collection("chunks", DIM)
+    vector_store.upsert("chunks", corpus())
+
+    vector_store.delete("chunks", ["chunk-a", "ent-y", "never-existed"])
+
+    assert vector_store.point_ids("chunks") == {"chunk-b", "chunk-c", "ent-x"}
+    assert vector_store.search("chunks", [1.0, 0.0, 0.0, 0.0], limit=1)[0].point_id == "chunk-b"
+
+
+def test_delete_by_document_removes_every_point_listing_the_document(vector_store: VectorStore) -> None:
+    """A point is removed when doc_id is anywhere in its doc_ids, even if other documents are listed too."""
+    vector_store.ensure_collection("chunks", DIM)
+    vector_store.upsert("chunks", corpus())
+
+    vector_store.delete_by_document("chunks", "doc-2")
+
+    assert vector_store.point_ids("chunks") == {"chunk-a", "chunk-b", "ent-y"}
+    vector_store.delete_by_document("chunks", "doc-unknown")
+    assert vector_store.count("chunks") == 3
+
+
+def test_must_match_filters_on_keyword_equality_and_list_membership(vector_store: VectorStore) -> None:
+    vector_store.ensure_collection("chunks", DIM)
+    vector_store.upsert("chunks", corpus())
+    query = [1.0, 0.0, 0.0, 0.0]
+
+    entities = vector_store.search("chunks", query, limit=10, must_match={"kind": "entity"})
+    of_doc_2 = vector_store.search("chunks", query, limit=10, must_match={"doc_ids": "doc-2"})
+    both = vector_store.search("chunks", query, limit=10, must_match={"kind": "chunk", "doc_ids": "doc-2"})
+    none = vector_store.search("chunks", query, limit=10, must_match={"kind": "community"})
+
+    assert {hit.point_id for hit in entities} == {"ent-x", "ent-y"}
+    assert {hit.point_id for hit in of_doc_2} == {"chunk-c", "ent-x"}
+    assert [hit.point_id for hit in both] == ["chunk-c"]
+    assert none == []
+
+
+def test_limit_caps_the_number_of_hits(vector_store: VectorStore) -> None:
+    vector_store.ensure_collection("chunks", DIM)
+    vector_store.upsert("chunks", corpus())
+
+    assert len(vector_store.search("chunks", [1.0, 1.0, 1.0, 1.0], limit=2)) == 2
+    assert len(vector_store.search("chunks", [1.0, 1.0, 1.0, 1.0], limit=50)) == 5
+
+
+def test_new_collection_is_empty_and_ensure_collection_is_idempotent(vector_store: VectorStore) -> None:
+    vector_store.ensure_collection("chunks", DIM)
+    assert vector_store.count("chunks") == 0
+    assert vector_store.point_ids("chunks") == set()
+    assert vector_store.search("chunks", [1.0, 0.0, 0.0, 0.0], limit=5) == []
+
+    vector_store.upsert("chunks", corpus())
+    vector_store.ensure_collection("chunks", DIM)
+
+    assert vector_store.count("chunks") == 5
+
+
+def test_collections_are_independent(vector_store: VectorStore) -> None:
+    vector_store.ensure_collection("chunks", DIM)
+    vector_store.ensure_collection("entities", 2)
+    vector_store.upsert("chunks", corpus())
+    vector_store.upsert("entities", [point("chunk-a", [0.0, 1.0], ["doc-1"])])
+
+    vector_store.delete_by_document("entities", "doc-1")
+
+    assert vector_store.count("entities") == 0
+    assert vector_store.count("chunks") == 5
+    assert "chunk-a" in vector_store.point_ids("chunks")
+
+
+def test_point_ids_lists_every_point_past_one_scroll_page(vector_store: VectorStore) -> None:
+    rng = np.random.default_rng(7)
+    ids = [f"chunk-{i}" for i in range(2_345)]  # more than one upsert batch and one scroll page
+    vector_store.ensure_collection("chunks", DIM)
+    vector_store.upsert("chunks", [VectorPoint(i, rng.random(DIM) + 0.01, {"doc_ids": ["d"]}) for i in ids])
+
+    assert vector_store.point_ids("chunks") == set(ids)
+    assert vector_store.count("chunks") == len(ids)
+
+
+def test_bad_vectors_are_rejected_with_a_clear_error(vector_store: VectorStore) -> None:
+    vector_store.ensure_collection("chunks", DIM)
+
+    with pytest.raises(ValueError, match="dimension"):
+        vector_store.upsert("chunks", [point("short", [1.0, 0.0], ["doc-1"])])
+    with pytest.raises(ValueError, match="NaN"):
+        vector_store.upsert("chunks", [point("nan", [1.0, float("nan"), 0.0, 0.0], ["doc-1"])])
+    with pytest.raises(ValueError, match="dimension"):
+        vector_store.search("chunks", [1.0, 0.0, 0.0], limit=1)
+    with pytest.raises(ValueError, match="dimension"):
+        vector_store.ensure_collection("chunks", DIM + 1)
+    assert vector_store.count("chunks") == 0
+
+
+def test_unknown_collection_raises_key_error(vector_store: VectorStore) -> None:
+    with pytest.raises(KeyError):
+        vector_store.count("missing")
+    with pytest.raises(KeyError):
+        vector_store.upsert("missing", corpus())
+
+
+# -- Edge store: sessions, processes, publishing, readers ----------------------------------------------------------
+
+
+def edge_store(tmp_path: Path) -> EdgeVectorStore:
+    store = EdgeVectorStore(tmp_path / "vectors")
+    store.ensure_collection("chunks", DIM)
+    return store
+
+
+def run_in_subprocess(script: str, *args: str) -> dict:
+    """Runs a script in a fresh interpreter (a real second process, as a Dagster step or an agent would be)."""
+    project_root = Path(graphrag_pipeline.__file__).resolve().parent.parent
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(project_root), os.environ.get("PYTHONPATH")]))}
+    completed = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment,
+    )
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def test_reserved_payload_key_is_rejected(tmp_path: Path) -> None:
+    store = edge_store(tmp_path)
+    with pytest.raises(ValueError, match="reserved"):
+        store.upsert("chunks", [VectorPoint("p", (1.0, 0.0, 0.0, 0.0), {"_id": "other"})])
+
+
+def test_session_batches_operations_and_persists_them(tmp_path: Path) -> None:
+    store = edge_store(tmp_path)
+    with store.session("chunks"):
+        for item in corpus():
+            store.upsert("chunks", [item])
+        store.delete("chunks", ["chunk-c"])
+        assert store.count("chunks") == 4
+        with pytest.raises(RuntimeError, match="already open"):
+            with store.session("chunks"):
+                pass
+
+    assert EdgeVectorStore(tmp_path / "vectors").point_ids("chunks") == {"chunk-a", "chunk-b", "ent-x", "ent-y"}
+
+
+def test_writers_in_other_processes_take_turns_on_the_same_collection(tmp_path: Path) -> None:
+    store = edge_store(tmp_path)
+    store.upsert("chunks", corpus())
+    writer = """
+        import sys, json
+        from graphrag_pipeline.lib.models import VectorPoint
+        from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorStore
+        store = EdgeVectorStore(sys.argv[1])
+        for i in range(20):
+            store.upsert("chunks", [VectorPoint(f"{sys.argv[2]}-{i}", (1.0, i + 1.0, 0.0, 0.0), {"doc_ids": []})])
+        print(json.dumps({"count": store.count("chunks")}))
+    """
+    root = str(tmp_path / "vectors")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda tag: run_in_subprocess(writer, root, tag), ["p1", "p2"]))
+
+    assert all(result["count"] >= 25 for result in results)
+    assert store.count("chunks") == 45
+
+
+def test_reader_sees_the_published_version_while_the_writer_goes_on(tmp_path: Path) -> None:
+    store = edge_store(tmp_path)
+    store.upsert("chunks", corpus())
+    version = store.publish()
+
+    with EdgeVectorReader(tmp_path / "vectors", scratch_dir=tmp_path) as reader:
+        store.upsert("chunks", [point("chunk-late", [1.0, 0.0, 0.0, 0.0], ["doc-4"])])
+        store.delete_by_document("chunks", "doc-1")
+
+        assert reader.version == version
+        assert reader.collections() == ["chunks"]
+        assert reader.count("chunks") == 5
+        assert reader.point_ids("chunks") == {hit.point_id for hit in corpus()}
+        hits = reader.search("chunks", [1.0, 0.0, 0.0, 0.0], limit=2, must_match={"doc_ids": "doc-1"})
+        assert [hit.point_id for hit in hits] == ["chunk-a", "chunk-b"]
+        assert hits[0].payload == {"doc_ids": ["doc-1"], "kind": "chunk", "text": "alpha"}
+        with pytest.raises(CollectionNotFoundError):
+            reader.count("entities")
+        assert not hasattr(reader, "upsert")
+
+    assert store.point_ids("chunks") == {"chunk-c", "ent-y", "chunk-late"}
+    next_version = store.publish()
+    with EdgeVectorReader(tmp_path / "vectors") as reader:
+        assert reader.version == next_version != version
+        assert reader.point_ids("chunks") == {"chunk-c", "ent-y", "chunk-late"}
+
+
+def test_reader_copy_is_removed_on_close_and_closed_reader_refuses_queries(tmp_path: Path) -> None:
+    store = edge_store(tmp_path)
+    store.publish()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+
+    reader = EdgeVectorReader(tmp_path / "vectors", scratch_dir=scratch)
+    assert any(scratch.iterdir())
+    reader.close()
+
+    assert not any(scratch.iterdir())
+    with pytest.raises(RuntimeError, match="closed"):
+        reader.count("chunks")
+
+
+def test_reader_without_a_published_version_fails_clearly(tmp_path: Path) -> None:
+    edge_store(tmp_path)
+    with pytest.raises(FileNotFoundError, match="published"):
+        EdgeVectorReader(tmp_path / "vectors", scratch_dir=tmp_path)
+    assert [entry.name for entry in tmp_path.iterdir()] == ["vectors"]  # its scratch copy is gone too
+
+
+def test_publish_keeps_only_the_last_two_versions(tmp_path: Path) -> None:
+    store = edge_store(tmp_path)
+    versions = [store.publish(optimize=False) for _ in range(4)]
+
+    published = tmp_path / "vectors" / "published"
+    assert versions == ["v000001", "v000002", "v000003", "v000004"]
+    assert sorted(entry.name for entry in published.iterdir() if entry.name.startswith("v")) == versions[-2:]
+    assert (published / "CURRENT").read_text().strip() == "v000004"
+
+
+def test_readers_in_two_processes_open_the_same_version_at_once(tmp_path: Path) -> None:
+    store = edge_store(tmp_path)
+    store.upsert("chunks", corpus())
+    store.publish()
+    other_reader = """
+        import sys, json
+        from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorReader
+        with EdgeVectorReader(sys.argv[1]) as reader:
+            hits = reader.search("chunks", [0.0, 0.0, 1.0, 0.0], limit=1)
+            print(json.dumps({"count": reader.count("chunks"), "top": hits[0].point_id}))
+    """
+
+    with EdgeVectorReader(tmp_path / "vectors", scratch_dir=tmp_path) as reader:
+        result = run_in_subprocess(other_reader, str(tmp_path / "vectors"))
+        store.upsert("chunks", [point("chunk-late", [0.0, 0.0, 1.0, 0.0], ["doc-4"])])  # the writer is not blocked
+        assert reader.count("chunks") == 5
+
+    assert result == {"count": 5, "top": "ent-x"}
+
+
+def test_reader_answers_concurrent_searches_from_many_threads(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((500, DIM)).astype(np.float32)
+    store = edge_store(tmp_path)
+    store.upsert("chunks", [VectorPoint(f"p{i}", vector, {"doc_ids": [f"d{i % 5}"]}) for i, vector in enumerate(vectors)])
+    store.publish()
+
+    with EdgeVectorReader(tmp_path / "vectors", scratch_dir=tmp_path) as reader:
+
+        def top_hit(i: int) -> str:
+            return reader.search("chunks", vectors[i], limit=1, must_match={"doc_ids": f"d{i % 5}"})[0].point_id
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            tops = list(pool.map(top_hit, range(len(vectors))))
+
+    assert tops == [f"p{i}" for i in range(len(vectors))]

@@ -1,0 +1,281 @@
+import itertools
+from dataclasses import replace
+
+import pytest
+
+from graphrag_pipeline.lib.communities import (
+    community_content_hash,
+    community_id,
+    detect_communities,
+    summarize_community_extractively,
+)
+from graphrag_pipeline.lib.models import Community, Entity, Relationship
+
+
+def clique(prefix: str, size: int, weight: float = 1.0) -> list[tuple[str, str, float]]:
+    return [(f"{prefix}{i}", f"{prefix}{j}", weight) for i, j in itertools.combinations(range(size), 2)]
+
+
+TWO_CLIQUES = clique("a", 5) + clique("b", 5) + [("a0", "b0", 0.1)]
+
+
+def ring_of_triangles(count: int) -> list[tuple[str, str, float]]:
+    """Modularity's resolution limit merges neighbouring triangles at level 0, so big clusters get split below."""
+    edges: list[tuple[str, str, float]] = []
+    for index in range(count):
+        edges += clique(f"t{index:02d}_", 3)
+        edges.append((f"t{index:02d}_0", f"t{(index + 1) % count:02d}_1", 1.0))
+    return edges
+
+
+@pytest.fixture(scope="module")
+def graspologic_loaded():
+    """Pays graspologic's multi-second import once for the module."""
+    pytest.importorskip("graspologic.partition")
+
+
+def member_sets(communities: list[Community], level: int) -> set[frozenset[str]]:
+    return {frozenset(c.entity_ids) for c in communities if c.level == level}
+
+
+@pytest.mark.slow
+def test_two_cliques_joined_by_a_weak_edge_are_two_communities(graspologic_loaded):
+    communities = detect_communities(TWO_CLIQUES, max_cluster_size=10, seed=42)
+
+    leaves = [c for c in communities if not c.child_ids]
+    assert {frozenset(c.entity_ids) for c in leaves} == {
+        frozenset(f"a{i}" for i in range(5)),
+        frozenset(f"b{i}" for i in range(5)),
+    }
+    for community in communities:
+        assert community.community_id == community_id(community.level, community.entity_ids)
+        assert list(community.entity_ids) == sorted(community.entity_ids)
+
+
+@pytest.mark.slow
+def test_large_clusters_are_split_into_linked_child_levels(graspologic_loaded):
+    communities = detect_communities(ring_of_triangles(30), max_cluster_size=4, seed=42)
+    by_id = {c.community_id: c for c in communities}
+
+    assert max(c.level for c in communities) >= 1
+    assert all(c.parent_id is None for c in communities if c.level == 0)
+    for community in communities:
+        if community.parent_id is not None:
+            parent = by_id[community.parent_id]
+            assert parent.level == community.level - 1
+            assert community.community_id in parent.child_ids
+            assert set(community.entity_ids) <= set(parent.entity_ids)
+        if community.child_ids:
+            children = [by_id[child] for child in community.child_ids]
+            assert all(child.parent_id == community.community_id for child in children)
+            assert sorted(e for child in children for e in child.entity_ids) == list(community.entity_ids)
+            assert len(community.entity_ids) > 4
+    # Each level partitions the nodes it covers: no entity is in two communities of one level.
+    for level in {c.level for c in communities}:
+        members = [e for c in communities if c.level == level for e in c.entity_ids]
+        assert len(members) == len(set(members))
+    assert {e for c in communities if c.level == 0 for e in c.entity_ids} == {
+        f"t{i:02d}_{j}" for i in range(30) for j in range(3)
+    }
+
+
+@pytest.mark.slow
+def test_same_seed_gives_identical_output_and_edge_order_does_not_matter(graspologic_loaded):
+    edges = ring_of_triangles(30)
+    first = detect_communities(edges, max_cluster_size=4, seed=7)
+    assert detect_communities(edges, max_cluster_size=4, seed=7) == first
+
+    shuffled = [(target, source, weight) for source, target, weight in reversed(edges)]
+    assert detect_communities(shuffled, max_cluster_size=4, seed=7) == first
+
+
+@pytest.mark.slow
+def test_ids_change_only_for_communities_whose_membership_changes(graspologic_loaded):
+    before = {frozenset(c.entity_ids): c.community_id for c in detect_communities(TWO_CLIQUES, seed=42)}
+    grown = TWO_CLIQUES + [("b5", f"b{i}", 1.0) for i in range(5)]
+    after = {frozenset(c.entity_ids): c.community_id for c in detect_communities(grown, seed=42)}
+
+    a_members = frozenset(f"a{i}" for i in range(5))
+    assert after[a_members] == before[a_members]
+    old_b = before[frozenset(f"b{i}" for i in range(5))]
+    new_b = after[frozenset(f"b{i}" for i in range(6))]
+    assert new_b != old_b
+    assert old_b not in after.values()
+
+
+@pytest.mark.slow
+def test_duplicates_are_summed_and_self_loops_and_zero_weights_ignored(graspologic_loaded):
+    clean = detect_communities(TWO_CLIQUES, seed=42)
+    # The a-clique edges split in two halves, one reversed, plus self-loops and a zero-weight edge to a new node.
+    halved = [(s, t, w / 2) for s, t, w in TWO_CLIQUES] + [(t, s, w / 2) for s, t, w in TWO_CLIQUES]
+    noisy = halved + [("a1", "a1", 5.0), ("b2", "b2", 1.0), ("a3", "lonely", 0.0)]
+
+    assert detect_communities(noisy, seed=42) == clean
+    assert all("lonely" not in c.entity_ids for c in clean)
+
+
+def test_empty_and_degenerate_input_gives_no_communities():
+    assert detect_communities([]) == []
+    assert detect_communities([("a", "a", 1.0), ("a", "b", 0.0)]) == []
+
+
+@pytest.mark.parametrize(
+    "edge",
+    [("a", "b", -1.0), ("a", "b", float("nan")), ("a", "b", float("inf")), ("", "b", 1.0), ("a", "b")],
+)
+def test_bad_edges_raise(edge):
+    with pytest.raises(ValueError):
+        detect_communities([("x", "y", 1.0), edge])
+
+
+def test_non_positive_seed_raises():
+    with pytest.raises(ValueError, match="seed"):
+        detect_communities([("a", "b", 1.0)], seed=0)
+
+
+def entity(name: str, type_: str, mentions: int, description: str, docs: tuple[str, ...]) -> Entity:
+    return Entity(
+        entity_id=f"ent-{name}",
+        name=name,
+        canonical=name,
+        type=type_,
+        description=description,
+        mention_count=mentions,
+        chunk_ids=tuple(f"chunk-{name}-{i}" for i in range(mentions)),
+        doc_ids=docs,
+    )
+
+
+def relationship(source: str, target: str, type_: str, weight: float, description: str) -> Relationship:
+    return Relationship(
+        relationship_id=f"rel-{source}-{type_}-{target}",
+        source_id=f"ent-{source}",
+        target_id=f"ent-{target}",
+        type=type_,
+        description=description,
+        weight=weight,
+        chunk_ids=(),
+        doc_ids=(),
+    )
+
+
+ENTITIES = {
+    e.entity_id: e
+    for e in [
+        entity("payments-api", "service", 9, "The payments API charges cards.", ("doc-1", "doc-2")),
+        entity("checkout-service", "service", 5, "Checkout orchestrates orders.", ("doc-2",)),
+        entity("team-payments", "team", 3, "Team Payments is on call for payments.", ("doc-3",)),
+        entity("postgres", "database", 1, "", ("doc-1",)),
+        entity("frontend", "service", 4, "Outside the community.", ("doc-9",)),
+    ]
+}
+RELATIONSHIPS = [
+    relationship("checkout-service", "payments-api", "DEPENDS_ON", 6.0, "Checkout calls the payments API to charge."),
+    relationship("team-payments", "payments-api", "OWNS", 3.0, "Team Payments owns the payments API."),
+    relationship("payments-api", "postgres", "USES", 2.0, "Payments stores charges in Postgres. It retries twice."),
+    # Same sentence as above with different case: must not be repeated.
+    relationship("team-payments", "checkout-service", "OWNS", 1.5, "team payments owns the payments api"),
+    relationship("payments-api", "team-payments", "ALERTS", 1.0, ""),
+    relationship("frontend", "checkout-service", "CALLS", 50.0, "Frontend calls checkout."),
+]
+COMMUNITY = Community(
+    community_id=community_id(1, ["ent-payments-api", "ent-checkout-service", "ent-team-payments", "ent-postgres"]),
+    level=1,
+    parent_id=None,
+    entity_ids=tuple(sorted(["ent-payments-api", "ent-checkout-service", "ent-team-payments", "ent-postgres"])),
+)
+
+
+def summarize(**overrides):
+    arguments = {"top_entities": 3, "max_sentences": 10} | overrides
+    return summarize_community_extractively(COMMUNITY, ENTITIES, RELATIONSHIPS, **arguments)
+
+
+def test_extractive_summary_leads_with_top_entities_and_strongest_relationship():
+    summary = summarize()
+    lines = summary.summary.splitlines()
+
+    assert summary.title == "payments-api, checkout-service and team-payments"
+    assert summary.top_entities == ("payments-api", "checkout-service", "team-payments")
+    assert lines[0] == "Entities: payments-api (service), checkout-service (service), team-payments (team)."
+    assert lines[1] == "Checkout calls the payments API to charge."
+    assert lines[-1] == "Sources: 3 documents."
+    assert "Frontend" not in summary.summary  # relationship leaves the community
+    assert summary.summary.casefold().count("team payments owns the payments api") == 1
+    assert "It retries twice." in lines  # descriptions are split into sentences
+    assert "payments-api alerts team-payments." in lines  # described from its type when it has no description
+    assert (summary.community_id, summary.level) == (COMMUNITY.community_id, 1)
+
+
+def test_extractive_summary_respects_limits():
+    summary = summarize(top_entities=1, max_sentences=2, max_chunk_ids=4)
+    lines = summary.summary.splitlines()
+
+    assert summary.top_entities == ("payments-api",)
+    assert "payments-api" in summary.title
+    assert lines == [
+        "Entities: payments-api (service).",
+        "Checkout calls the payments API to charge.",
+        "Team Payments owns the payments API.",
+        "Sources: 3 documents.",
+    ]
+    # Capped chunks come from the highest-ranked entity first.
+    assert summary.chunk_ids == tuple(sorted(f"chunk-payments-api-{i}" for i in range(4)))
+
+
+def test_extractive_summary_chunk_ids_are_the_sorted_union_of_members():
+    summary = summarize()
+    members = [ENTITIES[e] for e in COMMUNITY.entity_ids]
+    assert summary.chunk_ids == tuple(sorted({c for e in members for c in e.chunk_ids}))
+
+
+def test_extractive_summary_is_deterministic_and_ignores_relationship_order():
+    assert summarize_community_extractively(
+        COMMUNITY, ENTITIES, list(reversed(RELATIONSHIPS)), top_entities=3, max_sentences=10
+    ) == summarize()
+
+
+def test_entity_descriptions_top_up_when_there_are_no_relationships():
+    summary = summarize_community_extractively(COMMUNITY, ENTITIES, [], top_entities=2, max_sentences=5)
+    assert summary.title == "payments-api, checkout-service and team-payments"  # by mention count alone
+    assert summary.summary.splitlines()[1:3] == ["The payments API charges cards.", "Checkout orchestrates orders."]
+
+
+def test_well_connected_entity_outranks_a_slightly_more_mentioned_one():
+    entities = dict(ENTITIES)
+    entities["ent-postgres"] = replace(ENTITIES["ent-postgres"], mention_count=6)
+    hub = [relationship("postgres", other, "USES", 10.0, "") for other in ("payments-api", "checkout-service")]
+    summary = summarize_community_extractively(COMMUNITY, entities, hub, top_entities=4, max_sentences=3)
+    assert summary.top_entities[0] == "postgres"
+
+
+def test_content_hash_follows_membership_and_descriptions():
+    descriptions = {e: ENTITIES[e].description for e in COMMUNITY.entity_ids}
+    baseline = community_content_hash(COMMUNITY, descriptions)
+
+    assert summarize().content_hash == baseline
+    assert community_content_hash(COMMUNITY, descriptions | {"ent-frontend": "unrelated"}) == baseline
+    assert community_content_hash(COMMUNITY, descriptions | {"ent-postgres": "Postgres 16."}) != baseline
+    smaller = replace(COMMUNITY, entity_ids=COMMUNITY.entity_ids[:-1])
+    smaller = replace(smaller, community_id=community_id(1, smaller.entity_ids))
+    assert community_content_hash(smaller, descriptions) != baseline
+
+    edited = dict(ENTITIES)
+    edited["ent-postgres"] = replace(ENTITIES["ent-postgres"], description="Postgres 16 primary.")
+    changed = summarize_community_extractively(COMMUNITY, edited, RELATIONSHIPS, top_entities=3, max_sentences=10)
+    assert changed.content_hash != baseline
+
+
+def test_missing_members_raise():
+    with pytest.raises(ValueError, match="ent-postgres"):
+        community_content_hash(COMMUNITY, {"ent-payments-api": ""})
+    partial = {k: v for k, v in ENTITIES.items() if k != "ent-postgres"}
+    with pytest.raises(ValueError, match="ent-postgres"):
+        summarize_community_extractively(COMMUNITY, partial, RELATIONSHIPS, top_entities=3, max_sentences=3)
+
+
+def test_invalid_limits_raise():
+    with pytest.raises(ValueError):
+        summarize(max_sentences=0)
+    with pytest.raises(ValueError):
+        summarize(top_entities=0)

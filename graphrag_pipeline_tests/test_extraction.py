@@ -1,0 +1,342 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from graphrag_pipeline.lib.config import ExtractionConfig, PipelineSettings, default_config_data
+from graphrag_pipeline.lib.extraction import (
+    COOCCURRENCE_PREDICATE,
+    TITLE_PREDICATE,
+    OfflineExtractor,
+    _clean_bounds,
+    _DictionarySpotter,
+    _resolve_overlaps,
+    _Span,
+    precomputed_extractions,
+)
+from graphrag_pipeline.lib.models import Chunk, ChunkExtraction
+
+MUSIQUE_TITLE = "Journal of Mathematical Physics"
+MUSIQUE_TEXT = (
+    "The Journal of Mathematical Physics is a peer-reviewed journal published monthly by the American Institute of "
+    "Physics devoted to the publication of papers in mathematical physics. The journal was first published bimonthly "
+    "beginning in January 1960; it became a monthly publication in 1963. The current editor is Jan Philip Solovej "
+    "from University of Copenhagen. Its 2018 Impact Factor is 1.355"
+)
+
+
+def settings(**extraction: object) -> PipelineSettings:
+    return PipelineSettings.model_validate(default_config_data()).with_overrides(extraction=extraction)
+
+
+def make_extractor(**extraction: object) -> OfflineExtractor:
+    configured = settings(**extraction)
+    return OfflineExtractor(configured.extraction, configured.ontology)
+
+
+def chunk(text: str, doc_id: str = "doc-1", position: int = 0) -> Chunk:
+    return Chunk(f"{doc_id}-chunk-{position}", doc_id, position, text, len(text.split()), 0, len(text))
+
+
+def extract_one(extractor: OfflineExtractor, text: str, title: str | None = None) -> ChunkExtraction:
+    item = chunk(text)
+    [result] = extractor.extract([item], {item.doc_id: title} if title else None)
+    return result
+
+
+def entity_types(result: ChunkExtraction) -> dict[str, str]:
+    return {entity.name: entity.type for entity in result.entities}
+
+
+def relation_triples(result: ChunkExtraction) -> set[tuple[str, str, str]]:
+    return {(relation.source, relation.type, relation.target) for relation in result.relations}
+
+
+@pytest.fixture(scope="module")
+def extractor() -> OfflineExtractor:
+    """Default configuration without titles; spaCy itself is cached per process by the extraction module."""
+    return make_extractor(title_entity_type=None)
+
+
+# --- pure helpers: no spaCy -------------------------------------------------------------------------------------
+
+
+def test_overlaps_prefer_spotter_priority_then_length() -> None:
+    candidates = [
+        _Span(0, 14, "Kubernetes API", "kubernetes api", "TECHNOLOGY", "ner"),
+        _Span(0, 10, "Kubernetes", "kubernetes", "TECHNOLOGY", "dictionary"),
+        _Span(20, 35, "payments-api-v2", "payments-api-v2", "Service", "pattern"),
+        _Span(20, 32, "payments-api", "payments-api", "Service", "pattern"),
+        _Span(30, 40, "api server", "api server", "CONCEPT", "ner"),
+        _Span(41, 47, "London", "london", "LOCATION", "ner"),
+    ]
+
+    resolved = _resolve_overlaps(candidates)
+
+    assert [span.name for span in resolved] == ["Kubernetes", "payments-api-v2", "London"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("the Kubernetes API", "Kubernetes API"),
+        ("The Beatles's", "Beatles"),
+        ("`payments-api`.", "payments-api"),
+        ("Carl Rogers\u2019s", "Carl Rogers"),
+        ("A", "A"),  # a lone determiner-like word is a name, not a determiner
+        ('"..."', None),
+    ],
+)
+def test_clean_bounds_strips_determiners_possessives_and_punctuation(text: str, expected: str | None) -> None:
+    bounds = _clean_bounds(text, 0, len(text))
+
+    assert (text[bounds[0] : bounds[1]] if bounds else None) == expected
+
+
+def test_dictionary_spotter_handles_thousands_of_names_and_prefers_the_longest() -> None:
+    names = {f"component{index:05d}": "TECHNOLOGY" for index in range(5000)}
+    names.update({"Kafka": "TECHNOLOGY", "Kafka Streams": "TECHNOLOGY", "Online Boutique": "CONCEPT"})
+    spotter = _DictionarySpotter(names)
+    text = "COMPONENT04242 feeds kafka  streams; kafka-service and component4242x are not names. Online\nBoutique."
+
+    found = [(text[start:end], surface) for start, end, surface, _ in spotter.find(text)]
+
+    assert found == [
+        ("COMPONENT04242", "component04242"),
+        ("kafka  streams", "Kafka Streams"),
+        ("Online\nBoutique", "Online Boutique"),
+    ]
+
+
+def test_precomputed_attaches_entities_and_triples_and_quarantines_malformed_items() -> None:
+    ontology = settings().ontology
+    chunks = [
+        chunk("The checkout-service calls payments-api.", doc_id="doc-a", position=0),
+        chunk("The payments-api is owned by team-payments. Person - centered therapy.", doc_id="doc-a", position=1),
+        chunk("Unrelated text.", doc_id="doc-b", position=0),
+        chunk("No record for this document.", doc_id="doc-c", position=0),
+    ]
+    records = {
+        "doc-a": {
+            "id": "doc-a",
+            "entities": ["payments-api", "Person-centered therapy", "Grafana", 42],
+            "triples": [
+                ["payments-api", "owned by", "team-payments"],
+                ["checkout-service", "published by", "Grafana"],
+                ["payments-api", "owned by"],
+                ["payments-api", None, "x"],
+            ],
+        },
+        "doc-b": {"id": "doc-b", "entities": "not a list"},
+    }
+
+    result = precomputed_extractions(chunks, records, ontology)
+
+    first, second, unrelated, unrecorded = result.extractions
+    assert [e.chunk_id for e in result.extractions] == [c.chunk_id for c in chunks]
+    assert {e.name for e in first.entities} == {"payments-api", "Grafana", "checkout-service"}  # Grafana: nowhere
+    assert {e.name for e in second.entities} == {"payments-api", "Person-centered therapy", "team-payments"}
+    assert {e.type for e in first.entities + second.entities} == {ontology.default_entity_type}
+    assert {e.spotter for e in first.entities} == {"precomputed"}
+    assert relation_triples(second) == {("payments-api", "OWNED_BY", "team-payments")}
+    [fallback] = first.relations
+    assert (fallback.source, fallback.type, fallback.target, fallback.predicate) == (
+        "checkout-service",
+        "RELATED_TO",
+        "Grafana",
+        "published by",
+    )
+    assert unrelated.entities == () and unrecorded.entities == () and unrecorded.relations == ()
+    assert sorted((q.item_id, q.reason) for q in result.quarantined) == [
+        ("doc-a", "entity is not a non-empty string"),
+        ("doc-a", "triple is not a list of three non-empty strings"),
+        ("doc-a", "triple is not a list of three non-empty strings"),
+        ("doc-b", "record lacks a list of entities and triples"),
+    ]
+    assert {q.stage for q in result.quarantined} == {"extraction"}
+    assert json.loads(result.quarantined[-1].raw) == records["doc-b"]
+
+
+# --- spaCy-backed extraction ------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_runbook_sentence_yields_services_team_and_directed_relations(extractor: OfflineExtractor) -> None:
+    result = extract_one(extractor, "The checkout-service depends on payments-api, which is owned by team-payments.")
+
+    assert entity_types(result) == {"checkout-service": "Service", "payments-api": "Service", "team-payments": "Team"}
+    typed = {r for r in relation_triples(result) if r[1] != "RELATED_TO"}
+    assert typed == {("checkout-service", "DEPENDS_ON", "payments-api"), ("payments-api", "OWNED_BY", "team-payments")}
+    # Not adjacent: the "depends on" between them belongs to payments-api, so this pair only co-occurs.
+    [distant] = [r for r in result.relations if r.type == "RELATED_TO"]
+    assert {distant.source, distant.target} == {"checkout-service", "team-payments"}
+    assert distant.predicate == COOCCURRENCE_PREDICATE and distant.weight < 1.0
+    assert {r.predicate for r in result.relations if r.type != "RELATED_TO"} == {"depends on", "owned by"}
+    assert all(r.description.startswith("The checkout-service depends on") for r in result.relations)
+    assert all(e.chunk_id == "doc-1-chunk-0" for e in result.entities)
+
+
+@pytest.mark.slow
+def test_reverse_relation_patterns_swap_source_and_target(extractor: OfflineExtractor) -> None:
+    result = extract_one(extractor, "team-payments owns payments-api. The payments-api is used by cartservice.")
+
+    assert relation_triples(result) >= {
+        ("payments-api", "OWNED_BY", "team-payments"),
+        ("cartservice", "DEPENDS_ON", "payments-api"),
+    }
+
+
+@pytest.mark.slow
+def test_aliases_canonicalize_to_one_entity(extractor: OfflineExtractor) -> None:
+    aliased = make_extractor(title_entity_type=None, aliases={"K8s": "Kubernetes"})
+
+    result = extract_one(aliased, "K8s restarts the pod. Kubernetes then reschedules it, and k8s logs the event.")
+
+    assert [(e.name, e.type) for e in result.entities if e.name.lower() in {"k8s", "kubernetes"}] == [
+        ("Kubernetes", "TECHNOLOGY")
+    ]
+    assert result.entities[0].description == "K8s restarts the pod."
+
+
+@pytest.mark.slow
+def test_dictionary_beats_overlapping_pattern_and_matches_case_insensitively() -> None:
+    release = {"type": "Release", "regex": r"Kafka \d+\.\d+"}
+    with_release = make_extractor(title_entity_type=None, patterns=[release])
+
+    result = extract_one(with_release, "We upgraded KAFKA 3.7 and the redis-service after the incident.")
+
+    types = entity_types(result)
+    assert types["Kafka"] == "TECHNOLOGY"  # the configured spelling, not the text's
+    assert not any(name.startswith("Kafka 3") or name.lower() == "redis" for name in types)
+
+
+@pytest.mark.slow
+def test_determiners_and_possessives_are_stripped_from_names() -> None:
+    possessive = {"type": "Service", "regex": r"(?:the )?payments-api(?:'s)?"}
+    with_possessive = make_extractor(title_entity_type=None, patterns=[possessive])
+
+    result = extract_one(with_possessive, "We restarted the payments-api's pods twice.")
+
+    assert entity_types(result)["payments-api"] == "Service"
+
+
+@pytest.mark.slow
+def test_ner_labels_map_to_ontology_types_and_numeric_labels_are_dropped(extractor: OfflineExtractor) -> None:
+    result = extract_one(extractor, MUSIQUE_TEXT)
+
+    types = entity_types(result)
+    assert types["Jan Philip Solovej"] == "PERSON"
+    assert types["University of Copenhagen"] == "ORGANIZATION"
+    assert not {"1960", "January 1960", "1963", "1.355", "monthly"} & set(types)
+    assert all(any(char.isalpha() for char in name) for name in types)
+    assert "Journal of Mathematical Physics" in types  # "The" stripped from the NER span
+    solovej = next(e for e in result.entities if e.name == "Jan Philip Solovej")
+    assert solovej.description == "The current editor is Jan Philip Solovej from University of Copenhagen."
+
+
+@pytest.mark.slow
+def test_unmapped_ner_labels_get_the_default_type_and_null_labels_are_dropped() -> None:
+    configured = settings()
+    labels = {"PERSON": "PERSON", "DATE": None, "CARDINAL": None}
+    minimal = OfflineExtractor(ExtractionConfig(ner_labels=labels, title_entity_type=None), configured.ontology)
+
+    result = extract_one(minimal, "Jan Philip Solovej joined the University of Copenhagen in January 1960.")
+
+    types = entity_types(result)
+    assert types["Jan Philip Solovej"] == "PERSON"
+    assert types["University of Copenhagen"] == configured.ontology.default_entity_type
+    assert "January 1960" not in types
+
+
+@pytest.mark.slow
+def test_title_is_an_entity_that_mentions_everything_in_the_chunk() -> None:
+    titled = make_extractor()
+
+    result = extract_one(titled, MUSIQUE_TEXT, title=MUSIQUE_TITLE)
+
+    title = result.entities[0]
+    assert (title.name, title.spotter) == (MUSIQUE_TITLE, "title")
+    assert title.type == "ORGANIZATION"  # NER's type is more specific than the configured CONCEPT
+    assert [e.name for e in result.entities].count(MUSIQUE_TITLE) == 1
+    others = {e.name for e in result.entities} - {MUSIQUE_TITLE}
+    with_title = [r for r in result.relations if MUSIQUE_TITLE in (r.source, r.target)]
+    linked = {r.target if r.source == MUSIQUE_TITLE else r.source for r in with_title}
+    assert others and linked == others
+    mentions = [r for r in result.relations if r.predicate == TITLE_PREDICATE]
+    assert mentions and all(r.source == MUSIQUE_TITLE and r.weight == 0.5 and r.type == "RELATED_TO" for r in mentions)
+    solovej = next(r for r in mentions if r.target == "Jan Philip Solovej")
+    assert solovej.description.startswith("The current editor is")
+
+
+@pytest.mark.slow
+def test_title_absent_from_text_keeps_the_configured_type_and_first_sentence() -> None:
+    titled = make_extractor()
+
+    text = "The checkout-service depends on payments-api. It retries twice."
+
+    result = extract_one(titled, text, title="Checkout flow")
+
+    title = result.entities[0]
+    assert (title.name, title.type, title.spotter) == ("Checkout flow", "CONCEPT", "title")
+    assert title.description == "The checkout-service depends on payments-api."
+    assert {(r.target, r.predicate) for r in result.relations if r.source == "Checkout flow"} == {
+        ("checkout-service", TITLE_PREDICATE),
+        ("payments-api", TITLE_PREDICATE),
+    }
+
+
+@pytest.mark.slow
+def test_cooccurrence_cap_relates_only_neighbours_in_long_lists() -> None:
+    text = "Kafka, Redis, Envoy, Docker and Helm run on every node."
+    capped = make_extractor(title_entity_type=None, max_entities_per_sentence=3)
+    uncapped = make_extractor(title_entity_type=None, max_entities_per_sentence=12)
+
+    capped_pairs = {frozenset((r.source, r.target)) for r in extract_one(capped, text).relations}
+    uncapped_pairs = {frozenset((r.source, r.target)) for r in extract_one(uncapped, text).relations}
+
+    names = ["Kafka", "Redis", "Envoy", "Docker", "Helm"]
+    assert capped_pairs == {frozenset(pair) for pair in zip(names, names[1:])}
+    assert len(uncapped_pairs) == 10
+    weights = {frozenset((r.source, r.target)): r.weight for r in extract_one(uncapped, text).relations}
+    assert weights[frozenset(("Kafka", "Redis"))] > weights[frozenset(("Kafka", "Helm"))]
+
+
+@pytest.mark.slow
+def test_markdown_list_items_are_separate_sentences(extractor: OfflineExtractor) -> None:
+    text = "## Services\n\n- checkout-service handles orders\n- payments-api charges cards\n"
+
+    result = extract_one(extractor, text)
+
+    assert {e.name for e in result.entities} >= {"checkout-service", "payments-api"}
+    assert result.relations == ()
+
+
+@pytest.mark.slow
+def test_markdown_links_and_html_do_not_leak_into_names(extractor: OfflineExtractor) -> None:
+    text = (
+        '<p align="center"><img src="logo.svg" width="300"></p>\n\n'
+        "Online Boutique uses [Cloud Operations](https://cloud.google.com/products/operations) and "
+        "[Memorystore](https://cloud.google.com/memorystore) on Google Cloud, see https://example.com/docs."
+    )
+
+    result = extract_one(extractor, text)
+
+    names = {e.name for e in result.entities}
+    assert names and not any(marker in name for name in names for marker in ("http", "](", "<", "=", "width"))
+    assert all("https://" not in r.description for r in result.relations)
+
+
+@pytest.mark.slow
+def test_empty_blank_and_huge_chunks_do_not_crash(extractor: OfflineExtractor) -> None:
+    sentence = "The checkout-service depends on payments-api. "
+    huge = sentence * 1200  # ~55k characters: several spaCy segments
+    chunks = [chunk("", position=0), chunk("   \n\t", position=1), chunk(huge, position=2), chunk("", position=3)]
+
+    results = extractor.extract(chunks)
+
+    assert [r.chunk_id for r in results] == [c.chunk_id for c in chunks]
+    for empty in (results[0], results[1], results[3]):
+        assert empty.entities == () and empty.relations == ()
+    assert relation_triples(results[2]) == {("checkout-service", "DEPENDS_ON", "payments-api")}
+    assert extractor.extract([]) == []

@@ -1,0 +1,38 @@
+import pytest
+
+from graphrag_pipeline.lib.fusion import normalize_by_max, rank, reciprocal_rank_fusion, weighted_fusion
+
+
+def test_weighted_fusion_blends_signals_and_counts_missing_as_zero():
+    fused = weighted_fusion(
+        {"vector": {"a": 0.9, "b": 0.5}, "graph": {"b": 1.0, "c": 0.5}},
+        {"vector": 0.6, "graph": 0.4},
+    )
+    assert fused == pytest.approx({"a": 0.54, "b": 0.7, "c": 0.2})
+    assert rank(fused) == ["b", "a", "c"]
+
+
+def test_weighted_fusion_rejects_a_signal_without_weight():
+    with pytest.raises(ValueError, match="keyword"):
+        weighted_fusion({"keyword": {"a": 1.0}}, {"vector": 1.0})
+
+
+def test_reciprocal_rank_fusion_arithmetic():
+    fused = reciprocal_rank_fusion({"vector": ["a", "b"], "graph": ["b", "c"]}, k=60)
+    assert fused["a"] == pytest.approx(1 / 61)
+    assert fused["b"] == pytest.approx(1 / 62 + 1 / 61)
+    assert fused["c"] == pytest.approx(1 / 62)
+    assert rank(fused) == ["b", "a", "c"]
+
+
+def test_reciprocal_rank_fusion_weights_and_k_validation():
+    fused = reciprocal_rank_fusion({"vector": ["a"], "graph": ["b"]}, k=10, weights={"vector": 2.0, "graph": 1.0})
+    assert fused["a"] == pytest.approx(2 / 11) and fused["b"] == pytest.approx(1 / 11)
+    with pytest.raises(ValueError):
+        reciprocal_rank_fusion({"vector": ["a"]}, k=0)
+
+
+def test_normalize_by_max_and_deterministic_ties():
+    assert normalize_by_max({"a": 2.0, "b": 1.0, "c": 0.0}) == {"a": 1.0, "b": 0.5, "c": 0.0}
+    assert normalize_by_max({"a": 0.0}) == {"a": 0.0}
+    assert rank({"b": 1.0, "a": 1.0, "c": 2.0}) == ["c", "a", "b"]

@@ -1,0 +1,97 @@
+from graphrag_pipeline.lib.config import load_settings
+from graphrag_pipeline.lib.ids import entity_id, normalize_name
+from graphrag_pipeline.lib.merge import element_payload, entity_from_payload, merge_extractions
+from graphrag_pipeline.lib.models import ChunkExtraction, EntityMention, RelationMention
+
+ONTOLOGY = load_settings().ontology
+
+
+def extraction(chunk_id, entities, relations=()):
+    return ChunkExtraction(
+        chunk_id,
+        tuple(EntityMention(n, t, d, chunk_id, "test") for n, t, d in entities),
+        tuple(RelationMention(s, o, t, p, d, w, chunk_id) for s, o, t, p, d, w in relations),
+    )
+
+
+def test_one_real_world_entity_is_one_node_with_provenance():
+    entities, _ = merge_extractions(
+        [
+            ("doc-1", extraction("c1", [("Payments-API", "Service", "payments-api takes card payments.")])),
+            ("doc-2", extraction("c2", [(" payments-api ", "CONCEPT", "It is written in Go.")])),
+            ("doc-2", extraction("c3", [("payments-api", "Service", "payments-api takes card payments.")])),
+        ],
+        ONTOLOGY,
+    )
+    assert len(entities) == 1
+    entity = entities[0]
+    assert entity.entity_id == entity_id("payments-api")
+    assert entity.name == "payments-api"  # the most frequent spelling
+    assert entity.type == "Service"  # a specific type beats the default
+    assert entity.mention_count == 3
+    assert entity.chunk_ids == ("c1", "c2", "c3") and entity.doc_ids == ("doc-1", "doc-2")
+    assert entity.description.count("takes card payments") == 1 and "written in Go" in entity.description
+
+
+def test_aliases_merge_entities():
+    entities, _ = merge_extractions(
+        [("d", extraction("c1", [("K8s", "TECHNOLOGY", ""), ("Kubernetes", "TECHNOLOGY", "")]))],
+        ONTOLOGY,
+        aliases={"k8s": "Kubernetes"},
+    )
+    assert [e.canonical for e in entities] == ["kubernetes"]
+
+
+def test_untyped_relations_are_symmetric_and_typed_ones_keep_direction():
+    _, relationships = merge_extractions(
+        [
+            ("d1", extraction("c1", [("a-api", "Service", ""), ("b-api", "Service", "")], [
+                ("a-api", "b-api", "RELATED_TO", "co-occurs", "x", 1.0),
+                ("a-api", "b-api", "DEPENDS_ON", "calls", "a calls b", 1.0),
+            ])),
+            ("d2", extraction("c2", [], [
+                ("b-api", "a-api", "RELATED_TO", "co-occurs", "y", 0.5),
+                ("b-api", "a-api", "DEPENDS_ON", "calls", "b calls a", 1.0),
+                ("b-api", "a-api", "NOT_IN_ONTOLOGY", "frobnicates", "", 1.0),
+            ])),
+        ],
+        ONTOLOGY,
+    )
+    related = [r for r in relationships if r.type == "RELATED_TO"]
+    depends = [r for r in relationships if r.type == "DEPENDS_ON"]
+    assert len(related) == 1 and related[0].weight == 2.5  # both directions and the out-of-ontology one merged
+    assert "frobnicates" in related[0].predicates
+    assert len(depends) == 2  # a→b and b→a are different facts
+    assert {(r.source_id, r.target_id) for r in depends} == {
+        (entity_id("a-api"), entity_id("b-api")), (entity_id("b-api"), entity_id("a-api"))}
+
+
+def test_relation_endpoints_become_entities_and_self_loops_are_dropped():
+    entities, relationships = merge_extractions(
+        [("d", extraction("c1", [], [("X", "Y", "RELATED_TO", "", "", 1.0), ("X", "x", "RELATED_TO", "", "", 1.0)]))],
+        ONTOLOGY,
+    )
+    assert sorted(e.canonical for e in entities) == ["x", "y"]
+    assert len(relationships) == 1
+
+
+def test_merge_is_independent_of_input_order_and_round_trips():
+    items = [
+        ("d1", extraction("c1", [("Alpha", "PERSON", "one"), ("Beta", "PERSON", "two")],
+                          [("Alpha", "Beta", "RELATED_TO", "", "s", 1.0)])),
+        ("d2", extraction("c2", [("Beta", "ORGANIZATION", "three")])),
+    ]
+    forward = merge_extractions(items, ONTOLOGY)
+    backward = merge_extractions(list(reversed(items)), ONTOLOGY)
+    assert forward == backward
+    entity = forward[0][0]
+    digest, payload = element_payload(entity)
+    import json
+
+    assert entity_from_payload(json.loads(payload)) == entity
+    assert digest == element_payload(backward[0][0])[0]
+
+
+def test_normalize_name_collapses_spacing_around_hyphens():
+    assert normalize_name("Person - centered therapy") == normalize_name("Person-centered therapy")
+    assert normalize_name("  The  Beatles. ") == "the beatles"
