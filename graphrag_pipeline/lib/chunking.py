@@ -63,7 +63,17 @@ class HuggingFaceTokenizer:
     def encode_offsets(self, text: str) -> list[Span]:
         # verbose=False: documents are longer than the model's input on purpose, the warning about it is noise.
         encoding = self._tokenizer(text, return_offsets_mapping=True, add_special_tokens=False, verbose=False)
-        return [(start, end) for start, end in encoding["offset_mapping"] if end > start]
+        spans: list[Span] = []
+        for start, end in encoding["offset_mapping"]:
+            if end <= start:
+                continue
+            if spans and start < spans[-1][1]:
+                # Byte-level fallback splits one character (Hangul, emoji) into several tokens with the same span;
+                # they are one unit for cutting text. Such text is slightly undercounted, never cut mid-character.
+                spans[-1] = (spans[-1][0], max(spans[-1][1], end))
+                continue
+            spans.append((start, end))
+        return spans
 
 
 def chunk_document(

@@ -71,13 +71,18 @@ class LocalEmbedder:
     def tokenizer(self):
         return self._model.tokenizer
 
+    @cached_property
+    def _offsets(self):
+        from graphrag_pipeline.lib.chunking import HuggingFaceTokenizer
+
+        return HuggingFaceTokenizer(self.tokenizer)
+
     def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return len(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
     def encode_offsets(self, text: str) -> list[tuple[int, int]]:
         """Character spans of the model's tokens, for chunkers that cut on token boundaries."""
-        encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        return [tuple(span) for span in encoded["offset_mapping"]]
+        return self._offsets.encode_offsets(text)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:

@@ -3,7 +3,8 @@
 Four spotters find entity spans in a chunk: a dictionary of known names, configured regular expressions, spaCy NER
 and the document's title. Overlapping spans are resolved (dictionary > pattern > title > NER, then longer spans),
 names are canonicalized through the configured aliases, and relations come from sentence-level co-occurrence, typed
-by the configured relation patterns when the words between two adjacent mentions match one.
+by the configured relation patterns when the words between two adjacent mentions match one. Markdown link targets,
+URLs and HTML tags are blanked out first, so raw markdown sources do not produce names like "Docs](https://…".
 
 Everything is deterministic and extractive: descriptions are the sentences the entities and relations were seen in.
 
@@ -55,7 +56,12 @@ _BLOCK_BREAK = re.compile(r"\n\s*\n|\n(?=[ \t]*(?:#|>|\||```|[-*+][ \t]|\d+[.)][
 _PLAIN_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 # Markdown sources arrive raw: link targets, bare URLs and inline HTML tags are blanked out (same length, so offsets
 # still point into the chunk) before spotting, or NER reads "Memorystore](https://cloud.google.com" as a name.
-_MARKUP = re.compile(r"\]\([^)\s]*(?:\s+\"[^\"\n]*\")?\)|<[^<>\n]{1,500}>|\b(?:https?|ftp)://\S+")
+_MARKUP = re.compile(
+    r"!?\[(?=[^\[\]\n]{0,300}\]\()"  # the opening bracket of a link or image whose text is kept
+    r"|\]\([^)\s]*(?:\s+\"[^\"\n]*\")?\)"  # the link target
+    r"|<[^<>\n]{1,500}>"  # an HTML tag
+    r"|\b(?:https?|ftp)://[^\s<>\"]*[^\s<>\".,;:!?)\]]"  # a bare URL, without the punctuation that follows it
+)
 _MARKUP_IN_NAME = re.compile(r"[\[\]{}<>|=\\]|://")
 
 
@@ -419,88 +425,108 @@ def precomputed_extractions(
     """Entities and triples shipped with an evaluation set (``records``: doc_id → extraction.jsonl line) attached to
     the chunks of their documents: an entity to every chunk whose text contains it, a triple to the first chunk
     containing its subject (and its object, if one contains both); either falls back to the document's first chunk."""
-    by_doc: dict[str, list[int]] = {}
-    for index, chunk in enumerate(chunks):
-        by_doc.setdefault(chunk.doc_id, []).append(index)
-    entities: list[dict[str, EntityMention]] = [{} for _ in chunks]
-    relations: list[list[RelationMention]] = [[] for _ in chunks]
+    by_doc: dict[str, list[Chunk]] = {}
+    for chunk in chunks:
+        by_doc.setdefault(chunk.doc_id, []).append(chunk)
+    found: dict[str, tuple[dict[str, EntityMention], list[RelationMention]]] = {}
     quarantined: list[Quarantined] = []
+    for doc_id, doc_chunks in by_doc.items():
+        if doc_id in records:
+            document = _PrecomputedDocument(sorted(doc_chunks, key=lambda c: c.position), ontology)
+            quarantined.extend(document.add_record(doc_id, records[doc_id]))
+            found.update(document.found)
+    extractions = [
+        ChunkExtraction(chunk.chunk_id, tuple(found[chunk.chunk_id][0].values()), tuple(found[chunk.chunk_id][1]))
+        if chunk.chunk_id in found
+        else ChunkExtraction(chunk.chunk_id, (), ())
+        for chunk in chunks
+    ]
+    return PrecomputedResult(extractions=extractions, quarantined=quarantined)
 
-    def reject(doc_id: str, reason: str, raw: Any) -> None:
-        quarantined.append(Quarantined("extraction", doc_id, reason, json.dumps(raw, ensure_ascii=False, default=str)))
 
-    for doc_id, indexes in by_doc.items():
-        if doc_id not in records:
-            continue
-        record = records[doc_id]
+class _PrecomputedDocument:
+    """One document's chunks, collecting the mentions a precomputed record places in each of them."""
+
+    def __init__(self, chunks: Sequence[Chunk], ontology: Ontology):
+        self._chunks = chunks
+        self._ontology = ontology
+        self._loose_texts = [_loose(chunk.text) for chunk in chunks]
+        self.found: dict[str, tuple[dict[str, EntityMention], list[RelationMention]]] = {
+            chunk.chunk_id: ({}, []) for chunk in chunks
+        }
+
+    def add_record(self, doc_id: str, record: Any) -> list[Quarantined]:
+        """Attach the record's entities and triples; returns what had to be skipped, with the reason."""
+        quarantined: list[Quarantined] = []
+
+        def reject(reason: str, raw: Any) -> None:
+            raw_json = json.dumps(raw, ensure_ascii=False, default=str)
+            quarantined.append(Quarantined(stage="extraction", item_id=doc_id, reason=reason, raw=raw_json))
+
         if not isinstance(record, Mapping):
-            reject(doc_id, f"record is a {type(record).__name__}, not an object", record)
-            continue
+            reject(f"record is a {type(record).__name__}, not an object", record)
+            return quarantined
         missing = [name for name in ("entities", "triples") if not isinstance(record.get(name), list)]
         if missing:
-            reject(doc_id, f"record lacks a list of {' and '.join(missing)}", record)
-            continue
-        indexes = sorted(indexes, key=lambda i: chunks[i].position)
-        loose_texts = {i: _loose(chunks[i].text) for i in indexes}
-
-        def chunks_containing(name: str) -> list[int]:
-            loose = _loose(name)
-            return [i for i in indexes if loose in loose_texts[i]] or [indexes[0]]
-
-        def attach(name: str, index: int) -> None:
-            key = normalize_name(name)
-            if key not in entities[index]:
-                entities[index][key] = EntityMention(
-                    name=name,
-                    type=ontology.default_entity_type,
-                    description=_sentence_with(chunks[index].text, name),
-                    chunk_id=chunks[index].chunk_id,
-                    spotter="precomputed",
-                )
-
+            reject(f"record lacks a list of {' and '.join(missing)}", record)
+            return quarantined
         names: list[str] = []
         for item in record["entities"]:
             if not isinstance(item, str) or not normalize_name(item):
-                reject(doc_id, "entity is not a non-empty string", item)
+                reject("entity is not a non-empty string", item)
                 continue
             names.append(" ".join(item.split()))
         triples: list[tuple[str, str, str]] = []
         for item in record["triples"]:
             if not (isinstance(item, list) and len(item) == 3 and all(isinstance(p, str) and p.strip() for p in item)):
-                reject(doc_id, "triple is not a list of three non-empty strings", item)
+                reject("triple is not a list of three non-empty strings", item)
                 continue
             subject, predicate, obj = (" ".join(part.split()) for part in item)
             if normalize_name(subject) == normalize_name(obj):
-                reject(doc_id, "triple relates an entity to itself", item)
+                reject("triple relates an entity to itself", item)
                 continue
             triples.append((subject, predicate, obj))
             names.extend((subject, obj))
         for name in names:
-            for index in chunks_containing(name):
-                attach(name, index)
+            for index in self._containing(name):
+                self._attach(name, index)
         for subject, predicate, obj in triples:
-            with_subject = chunks_containing(subject)
-            with_object = set(chunks_containing(obj))
+            with_subject = self._containing(subject)
+            with_object = set(self._containing(obj))
             index = next((i for i in with_subject if i in with_object), with_subject[0])
             # Both ends must be entities of the chunk holding the relation, even when the object is written elsewhere.
-            attach(subject, index)
-            attach(obj, index)
-            relations[index].append(
+            self._attach(subject, index)
+            self._attach(obj, index)
+            chunk_id = self._chunks[index].chunk_id
+            self.found[chunk_id][1].append(
                 RelationMention(
                     source=subject,
                     target=obj,
-                    type=ontology.relationship_type(predicate),
+                    type=self._ontology.relationship_type(predicate),
                     predicate=predicate,
                     description=f"{subject} {predicate} {obj}",
                     weight=1.0,
-                    chunk_id=chunks[index].chunk_id,
+                    chunk_id=chunk_id,
                 )
             )
-    extractions = [
-        ChunkExtraction(chunk_id=chunk.chunk_id, entities=tuple(entities[i].values()), relations=tuple(relations[i]))
-        for i, chunk in enumerate(chunks)
-    ]
-    return PrecomputedResult(extractions=extractions, quarantined=quarantined)
+        return quarantined
+
+    def _containing(self, name: str) -> list[int]:
+        loose = _loose(name)
+        return [i for i, text in enumerate(self._loose_texts) if loose in text] or [0]
+
+    def _attach(self, name: str, index: int) -> None:
+        chunk = self._chunks[index]
+        entities = self.found[chunk.chunk_id][0]
+        key = normalize_name(name)
+        if key not in entities:
+            entities[key] = EntityMention(
+                name=name,
+                type=self._ontology.default_entity_type,
+                description=_sentence_with(chunk.text, name),
+                chunk_id=chunk.chunk_id,
+                spotter="precomputed",
+            )
 
 
 def _resolve_overlaps(candidates: Sequence[_Span]) -> list[_Span]:

@@ -182,7 +182,7 @@ def sync_points(
             ws.vector_store.delete(collection, removed)
         ws.state.record_indexed_points(collection, {}, removed)
     with report.timed("publish"):
-        ws.vector_store.publish(collection)
+        ws.vector_store.publish()
     report.counts[f"{collection}_upserted"] = len(stale)
     report.counts[f"{collection}_deleted"] = len(removed)
     report.counts[f"{collection}_unchanged"] = len(wanted) - len(stale)

@@ -120,8 +120,7 @@ class StateStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         if not read_only:
-            with self.transaction() as conn:
-                conn.executescript(_SCHEMA)
+            self._connection().executescript(_SCHEMA)  # idempotent DDL; executescript manages its own transaction
 
     def _connection(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)

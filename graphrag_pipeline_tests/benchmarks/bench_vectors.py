@@ -26,8 +26,8 @@ DOCUMENTS = 5_000
 def random_points(start: int, count: int, dimension: int, rng: np.random.Generator) -> list[VectorPoint]:
     vectors = rng.standard_normal((count, dimension)).astype(np.float32)
     return [
-        VectorPoint(f"chunk-{i:07d}", vectors[i - start], {"doc_ids": [f"doc-{i % DOCUMENTS:05d}"], "text": f"chunk {i}"})
-        for i in range(start, start + count)
+        VectorPoint(f"chunk-{i:07d}", vector, {"doc_ids": [f"doc-{i % DOCUMENTS:05d}"], "text": f"chunk {i}"})
+        for i, vector in enumerate(vectors, start=start)
     ]
 
 

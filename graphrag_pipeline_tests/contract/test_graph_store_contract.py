@@ -74,6 +74,13 @@ def test_implements_protocol(graph_store: GraphStore) -> None:
     assert isinstance(graph_store, GraphStore)
 
 
+def test_empty_store(graph_store: GraphStore) -> None:
+    assert graph_store.traverse({"a": 1.0}, max_hops=2) == []
+    assert graph_store.weighted_edges() == []
+    assert graph_store.list_entities() == [] and graph_store.list_relationships() == []
+    assert graph_store.get_entities(["a"]) == {} and graph_store.relationships_between(["a"]) == []
+
+
 def test_round_trip_keeps_every_field(graph_store: GraphStore) -> None:
     ada = Entity(
         entity_id="ent-ada",
@@ -251,7 +258,9 @@ def test_traversal_relationship_type_filter(graph_store: GraphStore) -> None:
     hits = graph_store.traverse({"svc": 1.0}, max_hops=2, relationship_types=["DEPENDS_ON"])
 
     assert {hit.entity_id for hit in hits} == {"svc", "db", "cache"}
-    assert [hit.entity_id for hit in graph_store.traverse({"svc": 1.0}, max_hops=2, relationship_types=[])] == ["svc"]
+    for no_types in ([], ["NOT_A_TYPE"]):
+        only_seed = graph_store.traverse({"svc": 1.0}, max_hops=2, relationship_types=no_types)
+        assert [hit.entity_id for hit in only_seed] == ["svc"]
 
 
 def test_traversal_is_undirected_and_deterministic(graph_store: GraphStore) -> None:
@@ -277,7 +286,8 @@ def test_traversal_seeds(graph_store: GraphStore) -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"max_hops": -1}, {"max_hops": 1, "decay": 0.0}, {"max_hops": 1, "decay": 1.5}, {"max_hops": 1, "fanout": 0}]
+    "kwargs",
+    [{"max_hops": -1}, {"max_hops": 1, "decay": 0.0}, {"max_hops": 1, "decay": 1.5}, {"max_hops": 1, "fanout": 0}],
 )
 def test_traversal_rejects_bad_parameters(graph_store: GraphStore, kwargs: dict) -> None:
     build(graph_store, [rel("a", "b")])

@@ -205,13 +205,13 @@ def edge_store(tmp_path: Path) -> EdgeVectorStore:
 def run_in_subprocess(script: str, *args: str) -> dict:
     """Runs a script in a fresh interpreter (a real second process, as a Dagster step or an agent would be)."""
     project_root = Path(graphrag_pipeline.__file__).resolve().parent.parent
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(project_root), os.environ.get("PYTHONPATH")]))}
+    python_path = os.pathsep.join(filter(None, [str(project_root), os.environ.get("PYTHONPATH")]))
     completed = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script), *args],
         capture_output=True,
         text=True,
         timeout=120,
-        env=environment,
+        env={**os.environ, "PYTHONPATH": python_path},
     )
     assert completed.returncode == 0, completed.stderr
     return json.loads(completed.stdout.strip().splitlines()[-1])
@@ -340,7 +340,7 @@ def test_reader_answers_concurrent_searches_from_many_threads(tmp_path: Path) ->
     rng = np.random.default_rng(3)
     vectors = rng.standard_normal((500, DIM)).astype(np.float32)
     store = edge_store(tmp_path)
-    store.upsert("chunks", [VectorPoint(f"p{i}", vector, {"doc_ids": [f"d{i % 5}"]}) for i, vector in enumerate(vectors)])
+    store.upsert("chunks", [VectorPoint(f"p{i}", v, {"doc_ids": [f"d{i % 5}"]}) for i, v in enumerate(vectors)])
     store.publish()
 
     with EdgeVectorReader(tmp_path / "vectors", scratch_dir=tmp_path) as reader:

@@ -231,7 +231,7 @@ class EdgeVectorStore:
                 existing = _shard_dimension(shard_dir)
                 if existing != dimension:
                     raise ValueError(f"collection {collection!r} has dimension {existing}, not {dimension}")
-                shard = state.session_shard or EdgeShard.load(str(shard_dir))
+                shard = state.session_shard if state.session_shard is not None else EdgeShard.load(str(shard_dir))
             else:
                 shard = EdgeShard.create(str(shard_dir), _collection_config(dimension))
             try:
@@ -256,6 +256,8 @@ class EdgeVectorStore:
 
     def delete(self, collection: str, point_ids: Sequence[str]) -> None:
         uuids = [point_uuid(point_id) for point_id in point_ids]
+        if not uuids:
+            return
         with self._shard(collection, writing=True) as shard:
             for start in range(0, len(uuids), BATCH_SIZE):
                 shard.update(UpdateOperation.delete_points(uuids[start : start + BATCH_SIZE]))

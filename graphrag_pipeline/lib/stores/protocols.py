@@ -57,7 +57,7 @@ class VectorStore(Protocol):
 
     def point_ids(self, collection: str) -> set[str]: ...
 
-    def publish(self, collection: str) -> None: ...  # make writes visible to readers in other processes (no-op for servers)
+    def publish(self) -> None: ...  # make all writes visible to readers in other processes (no-op for servers)
 
     def close(self) -> None: ...
 

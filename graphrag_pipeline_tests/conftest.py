@@ -1,0 +1,34 @@
+from pathlib import Path
+
+import pytest
+
+from graphrag_pipeline.lib.config import PipelineSettings, load_settings
+from graphrag_pipeline.lib.stages import build_everything
+from graphrag_pipeline.lib.workspace import Workspace
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def folder_settings(index_dir: Path, corpus: Path, **overrides) -> PipelineSettings:
+    """Packaged defaults pointed at one folder source, with few shards so tests stay small."""
+    return load_settings(
+        index_dir=str(index_dir),
+        sources=[{"name": "t", "kind": "folder", "path": str(corpus)}],
+        shard_count=4,
+        **overrides,
+    )
+
+
+def build(settings: PipelineSettings):
+    workspace = Workspace(settings)
+    try:
+        return build_everything(workspace)
+    finally:
+        workspace.close()
+
+
+@pytest.fixture(scope="session")
+def multihop_settings(tmp_path_factory) -> PipelineSettings:
+    settings = folder_settings(tmp_path_factory.mktemp("multihop") / "index", FIXTURES / "multihop")
+    build(settings)
+    return settings
