@@ -49,10 +49,13 @@ def load_questions(set_dir: Path, source_name: str) -> list[Question]:
             continue
         try:
             record = json.loads(line)
+            gold = record["gold_ids"]
+            if not isinstance(gold, list) or not gold or not all(isinstance(g, (str, int)) for g in gold):
+                raise TypeError("gold_ids must be a non-empty list of passage ids")
             questions.append(Question(
                 question_id=str(record["id"]),
                 question=str(record["question"]),
-                gold_doc_ids=tuple(f"{source_name}:{gold}" for gold in record["gold_ids"]),
+                gold_doc_ids=tuple(f"{source_name}:{g}" for g in gold),
                 type=str(record.get("type") or "untyped"),
             ))
         except (ValueError, KeyError, TypeError) as error:

@@ -52,8 +52,11 @@ def test_result_fields_and_scores_are_consistent(engine):
 def test_graph_mode_ranks_by_graph_score_and_rrf_is_available(engine):
     graph = engine.query(QUESTION, mode="graph", top_k=4)
     assert [r.combined_score for r in graph.results] == [r.graph_score for r in graph.results]
-    rrf = engine.query(QUESTION, fusion="rrf", top_k=3)
-    assert BRIDGE_DOC in rrf.doc_ids
+    rrf = engine.query(QUESTION, fusion="rrf", top_k=6)
+    vector = engine.query(QUESTION, mode="vector", top_k=6)
+    assert [r.combined_score for r in rrf.results] == sorted((r.combined_score for r in rrf.results), reverse=True)
+    assert all(r.combined_score < 2 / 60 for r in rrf.results)  # reciprocal-rank scores, not similarities
+    assert rrf.doc_ids.index(BRIDGE_DOC) < vector.doc_ids.index(BRIDGE_DOC)
 
 
 def test_max_hops_zero_cannot_cross_to_the_bridge_entity(engine):

@@ -280,3 +280,11 @@ def test_eval_set_hash_follows_title_text_and_extraction(tmp_path: Path) -> None
 def test_eval_set_without_corpus_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="corpus.jsonl"):
         read_eval_set(eval_source(tmp_path))
+
+
+def test_generic_file_names_take_their_folder_as_title(tmp_path):
+    (tmp_path / "payment").mkdir()
+    (tmp_path / "payment" / "README.md").write_text("This service processes card payments.\n")
+    (tmp_path / "notes.txt").write_text("plain notes\n")
+    titles = {d.doc_id: d.title for d in read_folder(folder(tmp_path)).documents}
+    assert titles == {"docs:payment/README.md": "payment README", "docs:notes.txt": "notes"}

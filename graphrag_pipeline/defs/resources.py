@@ -67,7 +67,7 @@ class LocalEmbedderResource(EmbedderResource):
     def open(self, settings: PipelineSettings) -> Embedder:
         from graphrag_pipeline.lib.embedders import LocalEmbedder
 
-        return LocalEmbedder(settings.embedder)
+        return LocalEmbedder(settings.embedder, threads=settings.embedder.threads)
 
 
 class GraphRAGResource(ConfigurableResource):

@@ -45,9 +45,11 @@ def _load_sentence_transformer(model_path: str, device: str):
 class LocalEmbedder:
     """`Embedder` over a local sentence-transformers model directory."""
 
-    def __init__(self, config: EmbedderConfig | None = None):
+    def __init__(self, config: EmbedderConfig | None = None, *, threads: int | None = None):
+        """`threads` sets torch's (process-wide) thread count when the model loads; None keeps torch's default."""
         self._config = config or EmbedderConfig()
         self._model_path = self._config.model_path or str(bundled_model_path())
+        self._threads = threads
         self._encode_lock = threading.Lock()
 
     @property
@@ -56,6 +58,10 @@ class LocalEmbedder:
 
     @cached_property
     def _model(self):
+        if self._threads is not None:
+            import torch
+
+            torch.set_num_threads(self._threads)
         return _load_sentence_transformer(self._model_path, self._config.device)
 
     @property

@@ -36,10 +36,12 @@ def point_uuid(item_id: str) -> str:
 def normalize_name(name: str) -> str:
     """Canonical key of an entity name: Unicode-normalized, case-folded, whitespace collapsed, edge punctuation gone.
 
-    "Payments-API", " payments-api " and "payments-api." all map to "payments-api", so one real-world entity is one
-    node. Aliases from configuration are applied on top of this key.
+    "Payments-API", " payments-api " and "payments-api." all map to "payments-api" (and "Zürich" to "zurich"), so
+    one real-world entity is one node. Aliases from configuration are applied on top of this key.
     """
-    text = unicodedata.normalize("NFKC", name).casefold()
+    # Accents are folded too: a question typed as "Aschenbrodel" must find the node "Aschenbrödel".
+    text = unicodedata.normalize("NFKD", name.casefold())
+    text = unicodedata.normalize("NFKC", "".join(ch for ch in text if not unicodedata.combining(ch)))
     text = text.replace("\u2019", "'").replace("`", "'")
     text = _WHITESPACE.sub(" ", text).strip(" \t\n\"'.,;:!?()[]{}")
     text = re.sub(r"\s*-\s*", "-", text) if " - " in text else text
@@ -57,3 +59,12 @@ def relationship_id(source_id: str, relation_type: str, target_id: str) -> str:
 def stable_shard(doc_id: str, shard_count: int) -> int:
     """Shard of a document: a hash of its id (not its content), so an edited document stays in its shard."""
     return int(content_hash(doc_id)[:8], 16) % shard_count
+
+
+_DISAMBIGUATION = re.compile(r"\s*\([^()]*\)\s*$")
+
+
+def subject_key(title: str) -> str:
+    """The entity a document is about, as a normalized name: its title without a trailing disambiguation
+    ("Brand (play)" → "brand"), so an entity can be matched to the documents whose subject it is."""
+    return normalize_name(_DISAMBIGUATION.sub("", title))

@@ -163,12 +163,12 @@ def _parse_file(
         text, front_matter, problem = _split_front_matter(text, doc_id)
         if problem is not None:
             problems.append(problem)
-        title = _text_title(front_matter.get("title")) or _first_markdown_h1(text) or path.stem
+        title = _text_title(front_matter.get("title")) or _first_markdown_h1(text) or _file_title(path)
     elif suffix in HTML_SUFFIXES:
         html_title, text = html_to_text(text)
-        title = html_title or path.stem
+        title = html_title or _file_title(path)
     else:
-        title = path.stem
+        title = _file_title(path)
     metadata = {
         **_json_safe(front_matter),
         "path": path.relative_to(root).as_posix(),
@@ -227,6 +227,16 @@ def _first_markdown_h1(text: str) -> str | None:
         if fence is None and (heading := _H1.match(line)):
             return heading.group(1).strip()
     return None
+
+
+_GENERIC_STEMS = frozenset({"readme", "index", "_index", "overview", "main"})
+
+
+def _file_title(path: Path) -> str:
+    """Title from the file name; "README" or "index" says nothing, so those take their folder's name too."""
+    if path.stem.casefold() in _GENERIC_STEMS:
+        return f"{path.parent.name} {path.stem}"
+    return path.stem
 
 
 def _text_title(value: Any) -> str:

@@ -37,6 +37,7 @@ from graphrag_pipeline.lib.workspace import Workspace
 
 GLOBAL_SHARD = -1  # indexed_points shard for collections that are not partitioned (entities, communities)
 EMBEDDING_CONTEXT_TOKENS = 32
+COMMUNITY_EMBEDDING_CHARS = 800  # title, top entities and the strongest facts: what a global question matches
 
 
 @dataclass
@@ -96,6 +97,8 @@ def ingest_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
             ws.state.clear_quarantine(SOURCES_STAGE, [d.doc_id for d in changed])
             if scan.quarantined:
                 ws.state.quarantine(scan.quarantined)
+            seen = {doc_id: h for doc_id, h in scan.hashes.items() if stable_shard(doc_id, count) in shard_set}
+            ws.state.record_seen_sources(shard_set, seen, {d: stable_shard(d, count) for d in seen}, source.name)
         new_ids = {d.doc_id for d in changed} - set(known)
         report.counts[f"{source.name}.documents"] = len(in_shards)
         report.counts["documents"] = report.counts.get("documents", 0) + len(in_shards)
@@ -164,6 +167,8 @@ def sync_points(
     report: StageReport,
 ) -> None:
     """Make `collection` (restricted to `shards`) hold exactly `wanted`, embedding only what is new or changed."""
+    report.counts.setdefault("embedded", 0)
+    report.counts.setdefault("embedding_cache_hits", 0)
     indexed = ws.state.indexed_points(collection, shards)
     keys = {pid: content_hash(text, json.dumps(payload, sort_keys=True)) for pid, (_, text, payload) in wanted.items()}
     stale = sorted(pid for pid, key in keys.items() if indexed.get(pid) != key)
@@ -370,7 +375,10 @@ def summarize_communities(ws: Workspace) -> StageReport:
     """Summarize only communities whose membership or member content changed, and index the summaries."""
     report = StageReport("community_summaries")
     config = ws.settings.communities
-    communities = [community_from_payload(p) for p in ws.state.community_payloads().values()]
+    communities = [
+        c for c in (community_from_payload(p) for p in ws.state.community_payloads().values())
+        if len(c.entity_ids) >= config.min_size
+    ]
     entities = {eid: entity_from_payload(p) for eid, p in ws.state.element_payloads("entity").items()}
     descriptions = {eid: e.description for eid, e in entities.items()}
     previous = ws.state.community_summary_hashes()
@@ -394,7 +402,7 @@ def summarize_communities(ws: Workspace) -> StageReport:
     summaries = ws.state.community_summary_payloads()
     members = {c.community_id: c.entity_ids for c in communities}
     wanted = {
-        cid: (GLOBAL_SHARD, f"{s['title']}\n{s['summary']}",
+        cid: (GLOBAL_SHARD, f"{s['title']}\n{s['summary']}"[:COMMUNITY_EMBEDDING_CHARS],
               {"doc_ids": sorted({d for eid in members.get(cid, ()) for d in entities[eid].doc_ids})[:200],
                "level": s["level"], "title": s["title"]})
         for cid, s in summaries.items()

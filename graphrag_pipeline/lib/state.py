@@ -103,6 +103,11 @@ CREATE TABLE IF NOT EXISTS quarantine (
     recorded_at REAL NOT NULL,
     PRIMARY KEY (stage, item_id)
 );
+CREATE TABLE IF NOT EXISTS seen_sources (          -- every item a source scan saw, readable or not, by content hash
+    doc_id TEXT PRIMARY KEY,
+    shard INTEGER NOT NULL,
+    content_hash TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS source_extractions (   -- extractions shipped with a source (eval sets), by document
     doc_id TEXT PRIMARY KEY,
     payload TEXT NOT NULL
@@ -188,6 +193,24 @@ class StateStore:
                                       THEN documents.chunked_key ELSE NULL END""",
                 rows,
             )
+
+    def record_seen_sources(self, shards: Iterable[int], hashes: dict[str, str], shard_of: dict[str, int],
+                            source: str) -> None:
+        """Replace what the last scan of `source` saw in `shards` (quarantined items included), so change detection
+        compares against what was looked at, not only against what could be indexed."""
+        shard_list = sorted(set(shards))
+        with self.transaction() as conn:
+            conn.execute(
+                f"DELETE FROM seen_sources WHERE doc_id LIKE ? AND shard IN ({','.join('?' * len(shard_list))})",
+                [f"{source}:%", *shard_list],
+            )
+            conn.executemany(
+                "INSERT OR REPLACE INTO seen_sources VALUES (?, ?, ?)",
+                [(doc_id, shard_of[doc_id], digest) for doc_id, digest in hashes.items()],
+            )
+
+    def seen_source_hashes(self) -> dict[str, str]:
+        return dict(self.query("SELECT doc_id, content_hash FROM seen_sources"))
 
     def delete_documents(self, doc_ids: Sequence[str]) -> None:
         """Forget documents and their chunks; downstream stages notice the missing chunks and clean up after them."""
@@ -275,6 +298,19 @@ class StateStore:
             )
             found.extend(_chunk_from_row(r) for r in rows)
         return found
+
+    def chunk_titles(self, chunk_ids: Iterable[str]) -> dict[str, str]:
+        """chunk id -> title of its document."""
+        id_list = list(set(chunk_ids))
+        titles: dict[str, str] = {}
+        for start in range(0, len(id_list), 900):
+            batch = id_list[start : start + 900]
+            titles.update(self.query(
+                "SELECT c.chunk_id, d.title FROM chunks c JOIN documents d ON d.doc_id = c.doc_id "
+                f"WHERE c.chunk_id IN ({','.join('?' * len(batch))})",
+                batch,
+            ))
+        return titles
 
     def chunk_shards(self) -> dict[str, int]:
         return dict(self.query("SELECT chunk_id, shard FROM chunks"))

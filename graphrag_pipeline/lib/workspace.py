@@ -73,7 +73,7 @@ class Workspace:
             return _resolve(self._embedder)
         from graphrag_pipeline.lib.embedders import LocalEmbedder
 
-        return LocalEmbedder(self.settings.embedder)
+        return LocalEmbedder(self.settings.embedder, threads=self.settings.embedder.threads)
 
     @property
     def tokenizer(self):

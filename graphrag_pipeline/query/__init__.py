@@ -49,7 +49,7 @@ def open_index(
         state=StateStore(root / "state.sqlite", read_only=True),
         graph_store=EmbeddedGraphStore(root / "graph.sqlite", read_only=True),
         vector_store=EdgeVectorReader(root / "vectors"),
-        embedder=LocalEmbedder(settings.embedder),
+        embedder=LocalEmbedder(settings.embedder, threads=settings.embedder.query_threads),
     )
 
 

@@ -5,7 +5,8 @@
 2. Seed entities: entities linked in the question (n-gram names, then the entities collection by embedding) and the
    entities mentioned by the entry chunks, each weighted by how specific it is (rare entities say more than hubs).
 3. Bounded traversal from the seeds (`max_hops`, activation × `hop_decay` per hop, hub suppression in the store).
-4. Graph score of a chunk = Σ activation × specificity over the entities it mentions, max-normalized.
+4. Graph score of a chunk = its best entity's activation × specificity, ×SUBJECT_BOOST when that entity is the
+   subject of the chunk's document (its title), clipped to [0, 1]: absolute, so 1 means "about a linked entity".
 5. Fusion: `vector_weight·vector + graph_weight·graph` (default) or reciprocal-rank fusion of the two rankings.
 No entity linked → plain vector search, flagged in the response.
 """
@@ -22,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from graphrag_pipeline.lib.config import PipelineSettings
-from graphrag_pipeline.lib.fusion import normalize_by_max, rank, reciprocal_rank_fusion, weighted_fusion
+from graphrag_pipeline.lib.ids import subject_key
+from graphrag_pipeline.lib.fusion import rank, reciprocal_rank_fusion, weighted_fusion
 from graphrag_pipeline.lib.models import Chunk, Document, Entity
 from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.protocols import (
@@ -40,7 +42,9 @@ from graphrag_pipeline.query.models import MODES, Citation, QueryResponse, Query
 SCORING_POOL = 100  # vector hits fetched to score graph-reached chunks by similarity too
 ENTITY_LINK_MIN_SCORE = 0.6  # cosine below this is not the same entity by another name
 ENTRY_CHUNKS_FOR_SEEDS = 5  # the entry chunks whose entities seed the traversal
+ENTRY_SEED_FACTOR = 0.15  # an entry chunk's entities seed with this share of the chunk's similarity
 MAX_ENTITIES_PER_CHUNK_SEEDS = 15
+SUBJECT_BOOST = 3.0  # a chunk is more about its document's subject than about anything it merely mentions
 
 
 @dataclass
@@ -224,33 +228,41 @@ class QueryEngine:
         entry_entities: dict[str, list[str]],
         vector_scores: dict[str, float],
     ) -> dict[str, float]:
+        """Linked entities seed with their confidence; entities of the entry chunks with a fraction of the chunk's
+        similarity (they point at the next hop without drowning the question's own entities). Both are scaled by
+        specificity."""
         seeds: dict[str, float] = {eid: confidence for eid, (_, confidence) in linked.items()}
         for chunk_id, entity_ids in entry_entities.items():
-            weight = vector_scores.get(chunk_id, 0.0)
+            weight = ENTRY_SEED_FACTOR * vector_scores.get(chunk_id, 0.0)
             for eid in entity_ids[:MAX_ENTITIES_PER_CHUNK_SEEDS]:
                 seeds[eid] = max(seeds.get(eid, 0.0), weight)
         specificity = self._specificity(seeds)
         return {eid: weight * specificity.get(eid, 1.0) for eid, weight in seeds.items()}
 
     def _specificity(self, entity_ids) -> dict[str, float]:
-        """1 for an entity in one chunk, shrinking logarithmically for entities mentioned everywhere."""
+        """1 for an entity mentioned in one chunk, 1/2 at ten chunks, 1/3 at a hundred: rare entities say more."""
         entities = self.graph.get_entities(entity_ids)
-        return {eid: 1.0 / math.log2(1 + max(1, e.mention_count)) if e.mention_count > 1 else 1.0
-                for eid, e in entities.items()}
+        return {eid: 1.0 / (1.0 + math.log10(max(1, e.mention_count))) for eid, e in entities.items()}
 
     def _chunk_graph_scores(self, reached: dict[str, TraversalHit]) -> tuple[dict[str, float], dict[str, str]]:
-        """Chunk → max-normalized Σ activation·specificity, and the entity that contributed most to it."""
+        """Chunk → best activation·specificity over the entities it mentions (×SUBJECT_BOOST when the entity is what
+        the chunk's document is about) clipped to 1, and the entity that gave it that score."""
         chunks_of = self.graph.chunks_of_entities(reached)
-        specificity = self._specificity(reached)
-        scores: dict[str, float] = {}
+        entities = self.graph.get_entities(reached)
+        titles = self.state.chunk_titles({c for chunk_ids in chunks_of.values() for c in chunk_ids})
+        subjects = {chunk_id: subject_key(title) for chunk_id, title in titles.items()}
         best: dict[str, tuple[float, str]] = {}
         for eid, chunk_ids in chunks_of.items():
-            contribution = reached[eid].score * specificity.get(eid, 1.0)
+            entity = entities.get(eid)
+            if entity is None:
+                continue
+            base = reached[eid].score / (1.0 + math.log10(max(1, entity.mention_count)))
             for chunk_id in chunk_ids:
-                scores[chunk_id] = scores.get(chunk_id, 0.0) + contribution
+                contribution = base * (SUBJECT_BOOST if subjects.get(chunk_id) == entity.canonical else 1.0)
                 if contribution > best.get(chunk_id, (0.0, ""))[0]:
                     best[chunk_id] = (contribution, eid)
-        return normalize_by_max(scores), {c: eid for c, (_, eid) in best.items()}
+        scores = {c: min(1.0, score) for c, (score, _) in best.items()}
+        return scores, {c: eid for c, (_, eid) in best.items()}
 
     # --- responses ----------------------------------------------------------------------------------------------
 

@@ -61,9 +61,9 @@ def build(store: GraphStore, relationships: list[Relationship], extra_entities: 
     store.upsert_relationships(relationships)
 
 
-def expected_spread(parent: float, decay: float, weight: float, degree: int) -> float:
-    """The documented scoring: parent × decay × w/(1+w) / log2(2 + degree of the neighbour)."""
-    return parent * decay * weight / (1 + weight) / math.log2(2 + degree)
+def expected_spread(parent: float, decay: float, weight: float, heaviest: float, degree: int) -> float:
+    """The documented scoring: parent × decay × (w / heaviest weight of the source) / (1 + log10(source degree))."""
+    return parent * decay * (weight / heaviest) / (1 + math.log10(degree))
 
 
 def by_id(hits: list[TraversalHit]) -> dict[str, TraversalHit]:
@@ -203,8 +203,8 @@ def test_traversal_respects_max_hops_and_decays(graph_store: GraphStore) -> None
     assert set(hits) == {"a", "b", "c"}
     assert hits["a"] == TraversalHit("a", 0, 1.0, ("a",), ())
     assert hits["b"].hops == 1 and hits["c"].hops == 2
-    assert hits["b"].score == pytest.approx(expected_spread(1.0, 0.5, 1.0, degree=2))
-    assert hits["c"].score == pytest.approx(expected_spread(hits["b"].score, 0.5, 1.0, degree=2))
+    assert hits["b"].score == pytest.approx(expected_spread(1.0, 0.5, 1.0, 1.0, degree=1))
+    assert hits["c"].score == pytest.approx(expected_spread(hits["b"].score, 0.5, 1.0, 1.0, degree=2))
     assert hits["c"].score < hits["b"].score < hits["a"].score
     assert [hit.entity_id for hit in graph_store.traverse({"a": 1.0}, max_hops=0)] == ["a"]
 
@@ -214,8 +214,8 @@ def test_traversal_keeps_best_path(graph_store: GraphStore) -> None:
 
     hits = by_id(graph_store.traverse({"s": 1.0}, max_hops=2))
 
-    via_y = expected_spread(expected_spread(1.0, 0.5, 10.0, degree=2), 0.5, 10.0, degree=2)
-    assert via_y > expected_spread(1.0, 0.5, 0.1, degree=2)
+    via_y = expected_spread(expected_spread(1.0, 0.5, 10.0, 10.0, degree=2), 0.5, 10.0, 10.0, degree=2)
+    assert via_y > expected_spread(1.0, 0.5, 0.1, 10.0, degree=2)
     assert hits["x"].hops == 2
     assert hits["x"].score == pytest.approx(via_y)
     assert hits["x"].path == ("s", "y", "x")
@@ -227,13 +227,16 @@ def test_traversal_keeps_best_path(graph_store: GraphStore) -> None:
 
 def test_traversal_suppresses_hubs(graph_store: GraphStore) -> None:
     leaves = [rel("hub", f"leaf{i:02d}") for i in range(49)]
-    build(graph_store, [rel("s", "hub"), rel("s", "loner"), *leaves])
+    build(graph_store, [rel("s", "hub"), rel("s", "loner"), rel("loner", "friend"), *leaves])
 
-    hits = by_id(graph_store.traverse({"s": 1.0}, max_hops=1))
+    hits = by_id(graph_store.traverse({"s": 1.0}, max_hops=2))
 
-    assert hits["hub"].score < hits["loner"].score
-    assert hits["hub"].score == pytest.approx(expected_spread(1.0, 0.5, 1.0, degree=50))
-    assert hits["loner"].score == pytest.approx(expected_spread(1.0, 0.5, 1.0, degree=1))
+    # Both are one relationship away from the seed; what a hub passes on is damped by its degree.
+    assert hits["hub"].score == pytest.approx(hits["loner"].score)
+    assert hits["leaf00"].score < hits["friend"].score
+    assert hits["hub"].score == pytest.approx(expected_spread(1.0, 0.5, 1.0, 1.0, degree=2))
+    assert hits["leaf00"].score == pytest.approx(expected_spread(hits["hub"].score, 0.5, 1.0, 1.0, degree=50))
+    assert hits["friend"].score == pytest.approx(expected_spread(hits["loner"].score, 0.5, 1.0, 1.0, degree=2))
 
 
 def test_traversal_fanout_takes_heaviest_neighbours(graph_store: GraphStore) -> None:
@@ -280,9 +283,13 @@ def test_traversal_seeds(graph_store: GraphStore) -> None:
     hits = by_id(graph_store.traverse({"a": 1.0, "c": 0.01, "alone": 0.5, "ghost": 1.0}, max_hops=2))
 
     assert set(hits) == {"a", "b", "c", "alone"}  # unknown seeds are ignored
-    assert hits["c"] == TraversalHit("c", 0, 0.01, ("c",), ())  # a seed keeps its own activation
+    # A weak seed reached with more activation from a strong one takes the better path.
+    assert hits["c"].hops == 2 and hits["c"].path == ("a", "b", "c") and hits["c"].score > 0.01
     assert hits["alone"].score == 0.5 and hits["alone"].hops == 0
     assert hits["b"].path == ("a", "b")
+
+    strong = by_id(graph_store.traverse({"a": 1.0, "c": 0.9}, max_hops=2))
+    assert strong["c"] == TraversalHit("c", 0, 0.9, ("c",), ())  # a seed stronger than any path keeps its own
 
 
 @pytest.mark.parametrize(
@@ -306,7 +313,7 @@ def test_traversal_sees_later_writes(graph_store: GraphStore) -> None:
 
     hits = by_id(graph_store.traverse({"a": 1.0}, max_hops=2))
     assert set(hits) == {"a", "b", "c"}
-    assert hits["b"].score == pytest.approx(expected_spread(1.0, 0.5, 5.0, degree=2))
+    assert hits["b"].score == pytest.approx(expected_spread(1.0, 0.5, 5.0, 5.0, degree=1))
 
 
 def test_relationships_between(graph_store: GraphStore) -> None:

@@ -1,7 +1,7 @@
 from dagster import AssetExecutionContext, MaterializeResult, asset
 
 from graphrag_pipeline.defs.partitions import SHARDS, SINGLE_RUN
-from graphrag_pipeline.defs.reporting import shards_of, to_result
+from graphrag_pipeline.defs.reporting import run_stage, shards_of
 from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.stages import chunk_documents
 
@@ -11,4 +11,4 @@ from graphrag_pipeline.lib.stages import chunk_documents
 def chunks(context: AssetExecutionContext, graphrag: GraphRAGResource) -> MaterializeResult:
     """Recursive (heading → paragraph → sentence) or fixed-size chunks in the embedder's tokens; only documents whose
     content or chunking configuration changed are re-chunked."""
-    return to_result(chunk_documents(graphrag.workspace(), shards_of(context)))
+    return run_stage(chunk_documents, graphrag.workspace(), shards_of(context))

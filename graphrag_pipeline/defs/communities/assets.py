@@ -1,7 +1,7 @@
 from dagster import AutomationCondition, MaterializeResult, asset
 
 from graphrag_pipeline.defs.partitions import SINGLE_RUN
-from graphrag_pipeline.defs.reporting import to_result
+from graphrag_pipeline.defs.reporting import run_stage
 from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.stages import build_communities, summarize_communities
 
@@ -11,7 +11,7 @@ from graphrag_pipeline.lib.stages import build_communities, summarize_communitie
 def communities(graphrag: GraphRAGResource) -> MaterializeResult:
     """Hierarchical Leiden (graspologic, fixed seed) over the entity graph; every level kept with parent/child links
     and content-derived ids that stay stable while membership does."""
-    return to_result(build_communities(graphrag.workspace()))
+    return run_stage(build_communities, graphrag.workspace())
 
 
 @asset(deps=["communities"], backfill_policy=SINGLE_RUN, group_name="communities", kinds={"python", "qdrant"},
@@ -19,4 +19,4 @@ def communities(graphrag: GraphRAGResource) -> MaterializeResult:
 def community_summaries(graphrag: GraphRAGResource) -> MaterializeResult:
     """Extractive summaries (top entities, strongest relationships) of the communities whose membership or member
     content changed, embedded into the `communities` collection for global questions."""
-    return to_result(summarize_communities(graphrag.workspace()))
+    return run_stage(summarize_communities, graphrag.workspace())

@@ -1,7 +1,7 @@
 from dagster import AssetExecutionContext, MaterializeResult, asset
 
 from graphrag_pipeline.defs.partitions import SHARDS, SINGLE_RUN
-from graphrag_pipeline.defs.reporting import shards_of, to_result
+from graphrag_pipeline.defs.reporting import run_stage, shards_of
 from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.stages import embed_chunks
 
@@ -11,4 +11,4 @@ from graphrag_pipeline.lib.stages import embed_chunks
 def embeddings(context: AssetExecutionContext, graphrag: GraphRAGResource) -> MaterializeResult:
     """Chunk vectors (title and headings as context) upserted into the `chunks` collection; vectors of removed chunks
     are deleted, and a persistent cache means unchanged text is never embedded twice."""
-    return to_result(embed_chunks(graphrag.workspace(), shards_of(context)))
+    return run_stage(embed_chunks, graphrag.workspace(), shards_of(context))

@@ -1,7 +1,7 @@
 from dagster import AssetExecutionContext, MaterializeResult, asset
 
 from graphrag_pipeline.defs.partitions import SHARDS, SINGLE_RUN
-from graphrag_pipeline.defs.reporting import shards_of, to_result
+from graphrag_pipeline.defs.reporting import run_stage, shards_of
 from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.stages import extract_elements
 
@@ -11,4 +11,4 @@ from graphrag_pipeline.lib.stages import extract_elements
 def extracted_elements(context: AssetExecutionContext, graphrag: GraphRAGResource) -> MaterializeResult:
     """Typed entity and relationship mentions per chunk (dictionary and pattern spotters, spaCy NER, sentence
     co-occurrence), cached per chunk content and extractor configuration."""
-    return to_result(extract_elements(graphrag.workspace(), shards_of(context)))
+    return run_stage(extract_elements, graphrag.workspace(), shards_of(context))

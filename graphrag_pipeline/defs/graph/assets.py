@@ -1,7 +1,7 @@
 from dagster import AutomationCondition, MaterializeResult, asset
 
 from graphrag_pipeline.defs.partitions import SINGLE_RUN
-from graphrag_pipeline.defs.reporting import to_result
+from graphrag_pipeline.defs.reporting import run_stage
 from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.stages import sync_graph
 
@@ -11,4 +11,4 @@ from graphrag_pipeline.lib.stages import sync_graph
 def graph(graphrag: GraphRAGResource) -> MaterializeResult:
     """Entities, relationships and chunk mentions written to the graph store (only what changed), and entity names
     indexed in the `entities` collection for linking questions to the graph."""
-    return to_result(sync_graph(graphrag.workspace()))
+    return run_stage(sync_graph, graphrag.workspace())

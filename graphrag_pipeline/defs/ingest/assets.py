@@ -1,7 +1,7 @@
 from dagster import AssetExecutionContext, MaterializeResult, asset
 
 from graphrag_pipeline.defs.partitions import SHARDS, SINGLE_RUN
-from graphrag_pipeline.defs.reporting import shards_of, to_result
+from graphrag_pipeline.defs.reporting import run_stage, shards_of
 from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.stages import ingest_documents
 
@@ -10,4 +10,4 @@ from graphrag_pipeline.lib.stages import ingest_documents
 def raw_documents(context: AssetExecutionContext, graphrag: GraphRAGResource) -> MaterializeResult:
     """Documents of the configured sources (folders of Markdown/text/HTML, eval sets), with front matter as metadata.
     New, changed and deleted documents are detected by content hash; unreadable files are quarantined."""
-    return to_result(ingest_documents(graphrag.workspace(), shards_of(context)))
+    return run_stage(ingest_documents, graphrag.workspace(), shards_of(context))

@@ -52,15 +52,19 @@ def indexed_fingerprints(graphrag: GraphRAGResource) -> dict[int, str]:
         return {}
     state = StateStore(path, read_only=True)
     try:
-        return shard_fingerprints(state.document_hashes(), settings.shard_count)
+        return shard_fingerprints(state.seen_source_hashes(), settings.shard_count)
     finally:
         state.close()
 
 
-def shard_run_requests(current: dict[int, str], previous: dict[int, str]) -> list[RunRequest]:
+def shard_run_requests(current: dict[int, str], previous: dict[int, str], generation: int) -> list[RunRequest]:
+    # The run key names the content and the sensor generation: a shard is never rebuilt twice for one change, yet an
+    # edit that is reverted later (same content as an earlier key) still gets its run.
     return [
-        # The run key names the content, so a shard is never rebuilt twice for the same change.
-        RunRequest(partition_key=shard_key(shard), run_key=f"{shard_key(shard)}:{current.get(shard, 'empty')}")
+        RunRequest(
+            partition_key=shard_key(shard),
+            run_key=f"{shard_key(shard)}:{current.get(shard, 'empty')}:{generation}",
+        )
         for shard in changed_shards(current, previous)
     ]
 
@@ -70,12 +74,18 @@ def source_change_sensor(context: SensorEvaluationContext, graphrag: GraphRAGRes
     """Hash the configured sources (bytes only, no parsing) and request a run for each shard that changed."""
     settings = graphrag.pipeline.settings()
     current = shard_fingerprints(source_hashes(settings), settings.shard_count)
-    if context.cursor:
-        previous = {int(shard): fp for shard, fp in json.loads(context.cursor).items()}
+    cursor = json.loads(context.cursor) if context.cursor else {}
+    if "shards" in cursor:
+        previous = {int(shard): fp for shard, fp in cursor["shards"].items()}
     else:
         previous = indexed_fingerprints(graphrag)
-    requests = shard_run_requests(current, previous)
-    context.update_cursor(json.dumps({str(shard): fp for shard, fp in sorted(current.items())}))
+    generation = int(cursor.get("generation", 0))
+    requests = shard_run_requests(current, previous, generation)
+    if requests:
+        generation += 1
+    context.update_cursor(json.dumps(
+        {"generation": generation, "shards": {str(shard): fp for shard, fp in sorted(current.items())}}
+    ))
     if not requests:
         return SkipReason("no source changed")
     return requests
@@ -87,8 +97,9 @@ def daily_refresh(context: ScheduleEvaluationContext, graphrag: GraphRAGResource
     the sensor was off, and retries shards whose last run failed."""
     settings = graphrag.pipeline.settings()
     current = shard_fingerprints(source_hashes(settings), settings.shard_count)
-    requests = shard_run_requests(current, indexed_fingerprints(graphrag))
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    for request in requests:
-        request.tags["graphrag/trigger"] = f"daily-{day}"
+    requests = [
+        request.with_replaced_attrs(tags={**request.tags, "graphrag/trigger": f"daily-{day}"})
+        for request in shard_run_requests(current, indexed_fingerprints(graphrag), generation=0)
+    ]
     return requests or SkipReason("index matches the sources")

@@ -2,7 +2,7 @@ from dagster import AutomationCondition, MaterializeResult, asset
 
 from graphrag_pipeline.defs.partitions import SINGLE_RUN
 from graphrag_pipeline.defs.resources import GraphRAGResource
-from graphrag_pipeline.defs.reporting import to_result
+from graphrag_pipeline.defs.reporting import run_stage
 from graphrag_pipeline.lib.stages import summarize_elements
 
 
@@ -11,4 +11,4 @@ from graphrag_pipeline.lib.stages import summarize_elements
 def element_summaries(graphrag: GraphRAGResource) -> MaterializeResult:
     """One entity per real-world thing and one relationship per typed pair, descriptions merged with provenance;
     only changed elements are rewritten."""
-    return to_result(summarize_elements(graphrag.workspace()))
+    return run_stage(summarize_elements, graphrag.workspace())

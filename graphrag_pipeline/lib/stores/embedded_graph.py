@@ -95,18 +95,18 @@ _ORDER_ENTITIES = {
 _encode_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
-def edge_strength(weights: np.ndarray) -> np.ndarray:
-    """Relationship weights in (0, inf) mapped into (0, 1): ``w / (1 + w)``.
-
-    Monotonic, so heavier relationships always carry more activation, yet never amplifies it (weight 1 → 0.5,
-    weight 4 → 0.8); ``min(1, w)`` would flatten every merged relationship (weights ≥ 1) to the same strength.
-    """
-    return weights / (1.0 + weights)
+def edge_strength(weights: np.ndarray, owner_max: np.ndarray) -> np.ndarray:
+    """A relationship's weight relative to the heaviest relationship of the entity activation spreads from: its
+    strongest tie passes the full (decayed) activation, weaker ties proportionally less. Relative, so an entity
+    whose facts were merged from many documents (large raw weights) does not spread more than a rare one."""
+    return weights / owner_max
 
 
 def hub_damping(degrees: np.ndarray) -> np.ndarray:
-    """``log2(2 + degree)``: the divisor that makes densely connected entities (hubs) pass on less activation."""
-    return np.log2(2.0 + degrees)
+    """``1 + log10(degree)``: the divisor on activation spreading *from* an entity. Ordinary entities (a few
+    relationships) pass on nearly everything; a hub with a thousand relationships passes a quarter, so generic
+    entities ("country", "Kubernetes") do not flood the neighbourhood of every question."""
+    return 1.0 + np.log10(np.maximum(degrees, 1))
 
 
 def _ids_json(ids: Iterable[str]) -> str:
@@ -214,10 +214,11 @@ class _Adjacency:
         self._neighbour = neighbour[order]
         self._relationship = relationship[order]
         self._type = np.concatenate([types, types])[order]
-        self._strength = edge_strength(weight[order])
-
         degree = np.bincount(owner, minlength=len(entity_ids))
-        # Activation an entity receives is multiplied by this, so the per-candidate work is two multiplications.
+        heaviest = np.zeros(len(entity_ids), dtype=np.float64)
+        np.maximum.at(heaviest, owner, weight)
+        self._strength = edge_strength(weight[order], heaviest[owner[order]])
+        # Activation leaving an entity is multiplied by this, so the per-candidate work is two multiplications.
         self.damping_factor: list[float] = (1.0 / hub_damping(degree)).tolist()
         self._start: list[int] = np.concatenate([[0], np.cumsum(degree)]).tolist()
 
@@ -510,13 +511,15 @@ class EmbeddedGraphStore:
 
         Scoring (the query module relies on it):
 
-        * A seed that exists in the graph is a hit with ``hops=0``, ``score`` = its activation, ``path=(seed,)``;
-          seeds keep that score even when another seed could reach them. Unknown seed ids are ignored.
+        * A seed that exists in the graph starts with ``hops=0``, ``score`` = its activation, ``path=(seed,)``; a
+          weakly seeded entity that a strong seed reaches with more activation takes that path's score, hops and
+          path instead (an entity's score is the best of its own seed and every path). Unknown seed ids are ignored.
         * Reaching neighbour ``n`` from entity ``u`` over a relationship of weight ``w`` gives
-          ``score(u) * decay * w / (1 + w) / log2(2 + degree(n))``, where ``degree(n)`` counts all relationships
-          touching ``n`` (any type, self-loops excluded). ``w / (1 + w)`` maps weights into (0, 1) (heavier is
-          stronger, nothing is amplified); the logarithm damps hubs so they spread little activation. Since every
-          factor is < 1, scores fall strictly with each hop.
+          ``score(u) * decay * (w / max_w(u)) / (1 + log10(degree(u)))``: ``max_w(u)`` is the heaviest weight among
+          ``u``'s relationships and ``degree(u)`` counts all relationships touching ``u`` (any type, self-loops
+          excluded). Decay is the per-hop factor; the relative weight favours ``u``'s strongest ties; the logarithm
+          stops hubs from spreading (an entity with 1,000 relationships passes on a quarter of what a leaf does).
+          Every factor is <= 1, so scores never grow along a path.
         * Each entity keeps its best score over all paths of at most ``max_hops`` hops, with that path's hop count,
           entity ids (seed first) and relationship ids. An entity improved at hop h is re-expanded from there.
         * Expanding ``u`` considers its relationships heaviest first (ties by neighbour id, then relationship id),
@@ -551,7 +554,7 @@ class EmbeddedGraphStore:
             for node, (score, _, path, via) in frontier:
                 if score <= 0:
                     continue
-                spread = score * decay
+                spread = score * decay * damping_factor[node]
                 taken: set[int] = set()
                 for neighbour, relationship, type_code, strength in graph.edges(node):
                     if len(taken) >= fanout:
@@ -559,9 +562,7 @@ class EmbeddedGraphStore:
                     if neighbour in taken or neighbour in path or (allowed is not None and type_code not in allowed):
                         continue
                     taken.add(neighbour)
-                    if neighbour in seed_nodes:
-                        continue
-                    candidate = spread * strength * damping_factor[neighbour]
+                    candidate = spread * strength
                     current = best.get(neighbour)
                     if current is None or candidate > current[0]:
                         best[neighbour] = (candidate, hop, path + (neighbour,), via + (relationship,))

@@ -1,0 +1,203 @@
+"""The source sensor and the daily schedule, evaluated the way Dagster's daemon would, against real folders."""
+
+import json
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+import yaml
+from dagster import RunRequest, SkipReason, build_schedule_context, build_sensor_context
+
+from graphrag_pipeline.defs.ingest.automation import daily_refresh, source_change_sensor
+from graphrag_pipeline.defs.partitions import SHARD_COUNT, SHARDS, shard_key, shard_of_key
+from graphrag_pipeline.defs.resources import embedded_graphrag
+from graphrag_pipeline.lib.changes import shard_fingerprints, source_hashes
+from graphrag_pipeline.lib.config import load_settings
+from graphrag_pipeline.lib.ids import stable_shard
+from graphrag_pipeline.lib.stages import all_shards, ingest_documents
+from graphrag_pipeline.lib.workspace import Workspace
+
+from .conftest import FIXTURES
+
+SOURCE = "t"
+TICK_TIME = datetime(2025, 3, 14, 3, 0, tzinfo=timezone.utc)
+# With 64 shards these two documents share a shard, and acme-robotics.md is alone in its own.
+SHARED_SHARD = ("helix-automation.md", "zentrix-labs.md")
+ALONE = "acme-robotics.md"
+
+
+def shard_of(name: str) -> str:
+    return shard_key(stable_shard(f"{SOURCE}:{name}", SHARD_COUNT))
+
+
+@pytest.fixture
+def config(tmp_path) -> Path:
+    corpus = tmp_path / "corpus"
+    shutil.copytree(FIXTURES / "multihop", corpus)
+    path = tmp_path / "graphrag.yaml"
+    path.write_text(yaml.safe_dump({
+        "index_dir": "index",
+        "shard_count": SHARD_COUNT,
+        "sources": [{"name": SOURCE, "kind": "folder", "path": "corpus"}],
+    }))
+    return path
+
+
+def corpus(config: Path) -> Path:
+    return config.parent / "corpus"
+
+
+def documents(config: Path) -> list[str]:
+    return sorted(p.name for p in corpus(config).glob("*.md"))
+
+
+def fingerprints(config: Path) -> dict[str, str]:
+    settings = load_settings(config)
+    return {shard_key(s): fp for s, fp in shard_fingerprints(source_hashes(settings), settings.shard_count).items()}
+
+
+def index_sources(config: Path) -> None:
+    """Record the corpus as indexed. Document hashes are all the sensor and schedule read from an index, and the
+    ingest stage is what writes them (the chain test checks the same against a full Dagster materialization)."""
+    workspace = Workspace(load_settings(config))
+    try:
+        ingest_documents(workspace, all_shards(workspace))
+    finally:
+        workspace.close()
+
+
+def sensor_tick(config: Path, cursor: str | None = None) -> tuple[list[RunRequest] | SkipReason, str | None]:
+    resources = {"graphrag": embedded_graphrag(config_path=str(config))}
+    with build_sensor_context(cursor=cursor, resources=resources) as context:
+        return source_change_sensor(context), context.cursor
+
+
+def schedule_tick(config: Path) -> list[RunRequest] | SkipReason:
+    resources = {"graphrag": embedded_graphrag(config_path=str(config))}
+    with build_schedule_context(resources=resources, scheduled_execution_time=TICK_TIME) as context:
+        return daily_refresh(context)
+
+
+def requested(result: list[RunRequest] | SkipReason) -> dict[str, str]:
+    """partition key -> run key of each request (fails on a SkipReason)."""
+    assert isinstance(result, list), result
+    keys = {request.partition_key: request.run_key for request in result}
+    assert len(keys) == len(result), "one request per shard"
+    return keys
+
+
+def test_first_tick_without_index_requests_every_shard_with_documents(config):
+    result, cursor = sensor_tick(config)
+    current = fingerprints(config)
+    assert set(requested(result)) == {shard_of(name) for name in documents(config)} == set(current)
+    assert len(current) == len(documents(config)) - 1  # the two documents of SHARED_SHARD make one request
+    for partition, run_key in requested(result).items():
+        assert partition in SHARDS.get_partition_keys()
+        assert run_key == f"{partition}:{current[partition]}:0"
+    stored = json.loads(cursor)
+    assert {shard_key(int(s)): fp for s, fp in stored["shards"].items()} == current
+    assert stored["generation"] == 1
+
+
+def test_unchanged_sources_after_a_tick_request_nothing(config):
+    _, cursor = sensor_tick(config)
+    result, next_cursor = sensor_tick(config, cursor)
+    assert isinstance(result, SkipReason)
+    assert next_cursor == cursor
+
+
+def test_an_edited_file_requests_its_shard_only(config):
+    first, cursor = sensor_tick(config)
+    path = corpus(config) / "boltworks.md"
+    path.write_text(path.read_text() + "\nBoltworks is owned by Tanabe Holdings.\n")
+
+    result, next_cursor = sensor_tick(config, cursor)
+
+    shard = shard_of("boltworks.md")
+    new_fingerprint = fingerprints(config)[shard]
+    assert requested(result) == {shard: f"{shard}:{new_fingerprint}:1"}
+    assert requested(first)[shard] != requested(result)[shard]  # a new run key, so Dagster does not drop it
+    assert json.loads(next_cursor)["shards"][str(shard_of_key(shard))] == new_fingerprint
+    assert isinstance(sensor_tick(config, next_cursor)[0], SkipReason)
+
+
+def test_an_edit_to_one_of_two_documents_in_a_shard_requests_that_shard_once(config):
+    _, cursor = sensor_tick(config)
+    path = corpus(config) / SHARED_SHARD[0]
+    path.write_text(path.read_text().replace("Valencia", "Seville"))
+    result, _ = sensor_tick(config, cursor)
+    assert list(requested(result)) == [shard_of(SHARED_SHARD[1])]
+
+
+def test_deleted_and_added_files_request_their_shards(config):
+    _, cursor = sensor_tick(config)
+    (corpus(config) / ALONE).unlink()
+    (corpus(config) / SHARED_SHARD[0]).unlink()
+    (corpus(config) / "new-company.md").write_text("# Quillon\n\nQuillon builds lab robots in Turin.\n")
+
+    result, _ = sensor_tick(config, cursor)
+
+    runs = requested(result)
+    assert set(runs) == {shard_of(ALONE), shard_of(SHARED_SHARD[1]), shard_of("new-company.md")}
+    # A shard whose documents are all gone still runs, so the index forgets them; its run key says so.
+    assert runs[shard_of(ALONE)] == f"{shard_of(ALONE)}:empty:1"
+    assert runs[shard_of(SHARED_SHARD[1])] == f"{shard_of(SHARED_SHARD[1])}:{fingerprints(config)[shard_of(SHARED_SHARD[1])]}:1"
+
+
+def test_without_a_cursor_the_index_is_the_baseline(config):
+    index_sources(config)
+    result, cursor = sensor_tick(config)
+    assert isinstance(result, SkipReason)
+    assert cursor is not None  # later ticks compare with what this tick saw
+
+    (corpus(config) / ALONE).write_text("# Acme Robotics\n\nAcme Robotics was sold to Boltworks.\n")
+    result, _ = sensor_tick(config)
+    assert list(requested(result)) == [shard_of(ALONE)]
+
+
+def test_the_cursor_wins_over_the_index(config):
+    index_sources(config)
+    (corpus(config) / ALONE).write_text("# Acme Robotics\n\nAcme Robotics was sold to Boltworks.\n")
+    first, cursor = sensor_tick(config)
+    assert list(requested(first)) == [shard_of(ALONE)]
+    # The requested run has not landed, so the index is still behind; the next tick must not ask again.
+    result, _ = sensor_tick(config, cursor)
+    assert isinstance(result, SkipReason)
+
+
+def test_daily_schedule_requests_the_shards_that_differ_from_the_index(config):
+    index_sources(config)
+    assert isinstance(schedule_tick(config), SkipReason)
+
+    (corpus(config) / ALONE).write_text("# Acme Robotics\n\nAcme Robotics was sold to Boltworks.\n")
+    result = schedule_tick(config)
+
+    assert list(requested(result)) == [shard_of(ALONE)]
+    (request,) = result
+    assert request.tags["graphrag/trigger"] == "daily-2025-03-14"
+    assert request.run_key == f"{shard_of(ALONE)}:{fingerprints(config)[shard_of(ALONE)]}:0"
+
+
+def test_daily_schedule_without_an_index_requests_every_shard(config):
+    result = schedule_tick(config)
+    assert set(requested(result)) == {shard_of(name) for name in documents(config)}
+    assert all(r.tags["graphrag/trigger"] == "daily-2025-03-14" for r in result)
+
+
+def test_a_reverted_edit_gets_a_new_run_key(config):
+    _, cursor = sensor_tick(config)
+    path = corpus(config) / ALONE
+    original = path.read_text()
+    path.write_text(original + "\nAn edit that will be reverted.\n")
+    edited, cursor = sensor_tick(config, cursor)
+    path.write_text(original)
+    reverted, _ = sensor_tick(config, cursor)
+    (edit_request,) = edited
+    (revert_request,) = reverted
+    assert edit_request.partition_key == revert_request.partition_key == shard_of(ALONE)
+    # Dagster drops a run whose key was ever used; the revert must not reuse the first tick's key for this content.
+    first, _ = sensor_tick(config)
+    first_key = requested(first)[shard_of(ALONE)]
+    assert revert_request.run_key.rsplit(":", 1)[0] == first_key.rsplit(":", 1)[0]  # same content…
+    assert revert_request.run_key != first_key  # …new key

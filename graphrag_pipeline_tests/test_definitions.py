@@ -1,0 +1,83 @@
+from dagster import AssetKey, BackfillPolicy
+
+from graphrag_pipeline.defs.partitions import shard_key
+from graphrag_pipeline.definitions import defs
+from graphrag_pipeline.defs.resources import (
+    EmbeddedGraphStoreResource,
+    EmbeddedVectorStoreResource,
+    GraphRAGResource,
+    LocalEmbedderResource,
+)
+
+PER_DOCUMENT = ["raw_documents", "chunks", "embeddings", "extracted_elements"]
+CORPUS_WIDE = ["element_summaries", "graph", "communities", "community_summaries"]
+LINEAGE = PER_DOCUMENT + CORPUS_WIDE
+SHARD_KEYS = [shard_key(i) for i in range(64)]
+SPECS = {spec.key.to_user_string(): spec for spec in defs.resolve_all_asset_specs()}
+
+
+def test_exactly_the_eight_pipeline_assets():
+    assert set(defs.resolve_all_asset_keys()) == {AssetKey(name) for name in LINEAGE}
+
+
+def test_lineage_is_the_pipeline_chain():
+    graph = defs.resolve_asset_graph()
+    parents = {key.to_user_string(): {p.to_user_string() for p in graph.get(key).parent_keys}
+               for key in graph.get_all_asset_keys()}
+    assert parents == {
+        "raw_documents": set(),
+        "chunks": {"raw_documents"},
+        "embeddings": {"chunks"},
+        # Extraction reads the chunks; depending on embeddings too orders it after them in a run.
+        "extracted_elements": {"chunks", "embeddings"},
+        "element_summaries": {"extracted_elements"},
+        "graph": {"element_summaries"},
+        "communities": {"graph"},
+        "community_summaries": {"communities"},
+    }
+    order = [key.to_user_string() for level in graph.toposorted_asset_keys_by_level for key in level]
+    assert order == LINEAGE
+
+
+def test_per_document_assets_are_sharded_and_backfilled_in_one_run():
+    for name in PER_DOCUMENT:
+        assets_def = defs.resolve_assets_def(name)
+        assert assets_def.partitions_def is not None, name
+        assert assets_def.partitions_def.get_partition_keys() == SHARD_KEYS
+        assert assets_def.backfill_policy == BackfillPolicy.single_run()
+        assert SPECS[name].automation_condition is None
+
+
+def test_corpus_wide_assets_are_unpartitioned_and_follow_eagerly():
+    for name in CORPUS_WIDE:
+        assets_def = defs.resolve_assets_def(name)
+        assert assets_def.partitions_def is None, name
+        assert SPECS[name].automation_condition.get_label() == "eager"
+
+
+def test_jobs_sensor_and_schedule():
+    refresh = defs.resolve_job_def("refresh_shards")
+    assert refresh.partitions_def.get_partition_keys() == SHARD_KEYS
+    assert {key.to_user_string() for key in refresh.asset_layer.selected_asset_keys} == set(PER_DOCUMENT)
+    build = defs.resolve_job_def("build_index")
+    assert {key.to_user_string() for key in build.asset_layer.selected_asset_keys} == set(LINEAGE)
+
+    sensor = defs.resolve_sensor_def("source_change_sensor")
+    assert sensor.job_name == "refresh_shards"
+    assert sensor.required_resource_keys == {"graphrag"}
+
+    schedule = defs.resolve_schedule_def("daily_refresh")
+    assert schedule.cron_schedule == "0 3 * * *"
+    assert schedule.job_name == "refresh_shards"
+    assert schedule.required_resource_keys == {"graphrag"}
+
+
+def test_graphrag_resource_is_bound_to_the_embedded_tier():
+    resource = defs.resources["graphrag"]
+    assert isinstance(resource, GraphRAGResource)
+    assert isinstance(resource.graph_store, EmbeddedGraphStoreResource)
+    assert isinstance(resource.vector_store, EmbeddedVectorStoreResource)
+    assert isinstance(resource.embedder, LocalEmbedderResource)
+    # Every asset asks for this one resource (plus Dagster's default io_manager), so swapping backends is one binding.
+    for name in LINEAGE:
+        assert defs.resolve_assets_def(name).required_resource_keys - {"io_manager"} == {"graphrag"}
