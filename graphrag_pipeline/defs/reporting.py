@@ -8,6 +8,7 @@ from typing import Any, Callable, Sequence
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue
 
 from graphrag_pipeline.defs.partitions import shard_of_key
+from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.stages import StageReport
 
 
@@ -22,10 +23,12 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run_stage(stage: Callable[..., StageReport], *args: Any) -> MaterializeResult:
-    """Run a stage and report it; the total is wall time, so a model loaded on first use is counted too."""
+def run_stage(stage: Callable[..., StageReport], graphrag: GraphRAGResource, *args: Any) -> MaterializeResult:
+    """Run a stage on a fresh workspace, close its stores, and report; the total is wall time, so a model loaded on
+    first use is counted too."""
     started = time.perf_counter()
-    report = stage(*args)
+    with graphrag.workspace() as workspace:
+        report = stage(workspace, *args)
     return to_result(report, wall_seconds=time.perf_counter() - started)
 
 

@@ -109,6 +109,12 @@ class Workspace:
             if name in self.__dict__:
                 self.__dict__[name].close()
 
+    def __enter__(self) -> "Workspace":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
 
 def _resolve(provided):
     return provided() if inspect.isfunction(provided) else provided

@@ -5,11 +5,14 @@ To run the contract against another implementation, add its factory to ``VECTOR_
 
 from __future__ import annotations
 
+import fcntl
+import filecmp
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,7 +22,12 @@ import pytest
 
 import graphrag_pipeline
 from graphrag_pipeline.lib.models import VectorPoint
-from graphrag_pipeline.lib.stores.edge_vectors import CollectionNotFoundError, EdgeVectorReader, EdgeVectorStore
+from graphrag_pipeline.lib.stores.edge_vectors import (
+    CollectionNotFoundError,
+    EdgeVectorReader,
+    EdgeVectorStore,
+    _copy_sparse,
+)
 from graphrag_pipeline.lib.stores.protocols import VectorStore
 
 VECTOR_STORE_FACTORIES: dict[str, Callable[[Path], VectorStore]] = {
@@ -306,14 +314,97 @@ def test_reader_without_a_published_version_fails_clearly(tmp_path: Path) -> Non
     assert [entry.name for entry in tmp_path.iterdir()] == ["vectors"]  # its scratch copy is gone too
 
 
-def test_publish_keeps_only_the_last_two_versions(tmp_path: Path) -> None:
+def published_versions(root: Path) -> list[str]:
+    return sorted(entry.name for entry in (root / "published").iterdir() if entry.name.startswith("v"))
+
+
+def test_publish_keeps_only_the_current_version(tmp_path: Path) -> None:
     store = edge_store(tmp_path)
-    versions = [store.publish(optimize=False) for _ in range(4)]
+    versions = [store.publish(optimize=False) for _ in range(3)]
 
     published = tmp_path / "vectors" / "published"
-    assert versions == ["v000001", "v000002", "v000003", "v000004"]
-    assert sorted(entry.name for entry in published.iterdir() if entry.name.startswith("v")) == versions[-2:]
-    assert (published / "CURRENT").read_text().strip() == "v000004"
+    assert versions == ["v000001", "v000002", "v000003"]
+    assert published_versions(tmp_path / "vectors") == ["v000003"]
+    assert (published / "CURRENT").read_text().strip() == "v000003"
+
+
+def test_previous_version_is_kept_exactly_while_a_reader_may_be_copying_it(tmp_path: Path) -> None:
+    """A reader copies under a shared read.lock; the publisher must not switch or delete until it is released."""
+    store = edge_store(tmp_path)
+    store.upsert("chunks", corpus())
+    root = tmp_path / "vectors"
+    store.publish(optimize=False)
+
+    lock_fd = os.open(root / "published" / "read.lock", os.O_RDWR)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_SH)  # what a reader holds while copying v000001
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            publishing = pool.submit(store.publish, False)
+            # The new version is renamed into place before the publisher waits for the exclusive lock.
+            deadline = time.monotonic() + 60
+            while published_versions(root) != ["v000001", "v000002"] and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert published_versions(root) == ["v000001", "v000002"]
+            assert (root / "published" / "CURRENT").read_text().strip() == "v000001"
+            assert not publishing.done()
+            fcntl.flock(lock_fd, fcntl.LOCK_UN)  # the reader has finished copying
+            assert publishing.result(timeout=60) == "v000002"
+    finally:
+        os.close(lock_fd)
+
+    assert published_versions(root) == ["v000002"]
+    with EdgeVectorReader(root, scratch_dir=tmp_path) as reader:
+        assert reader.version == "v000002"
+        assert reader.count("chunks") == 5
+
+
+def allocated_and_apparent_bytes(directory: Path) -> tuple[int, int]:
+    stats = [path.stat() for path in directory.rglob("*") if path.is_file()]
+    return sum(stat.st_blocks * 512 for stat in stats), sum(stat.st_size for stat in stats)
+
+
+def same_files(left: Path, right: Path) -> bool:
+    left_files = sorted(path.relative_to(left) for path in left.rglob("*") if path.is_file())
+    right_files = sorted(path.relative_to(right) for path in right.rglob("*") if path.is_file())
+    return left_files == right_files and all(filecmp.cmp(left / f, right / f, shallow=False) for f in left_files)
+
+
+def test_published_version_and_reader_copy_keep_the_shard_files_sparse(tmp_path: Path) -> None:
+    """Edge preallocates tens of MB per file; copies must not turn those holes into allocated blocks."""
+    store = edge_store(tmp_path)
+    store.upsert("chunks", corpus()[:3])
+    version = store.publish()
+    published = tmp_path / "vectors" / "published" / version
+    assert same_files(tmp_path / "vectors" / "collections" / "chunks" / "shard", published / "chunks")
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    with EdgeVectorReader(tmp_path / "vectors", scratch_dir=scratch) as reader:
+        assert reader.count("chunks") == 3
+        copies = {"published": published, "reader": next(scratch.iterdir())}
+        for name, directory in copies.items():
+            allocated, apparent = allocated_and_apparent_bytes(directory)
+            assert apparent > 50 * 2**20, name  # Edge's preallocation: otherwise this test proves nothing
+            assert allocated * 20 < apparent, (name, allocated, apparent)
+
+
+def test_sparse_copy_is_identical_and_skips_holes_and_written_zero_blocks(tmp_path: Path) -> None:
+    mib = 2**20
+    source = tmp_path / "source.bin"
+    with open(source, "wb") as handle:
+        handle.write(b"a" * mib)
+        handle.write(bytes(4 * mib))  # zeros written out, so allocated in the source
+        handle.write(b"b" * 100)
+        handle.truncate(16 * mib)  # a trailing hole
+    source.chmod(0o640)
+    target = tmp_path / "target.bin"
+
+    _copy_sparse(str(source), str(target))
+
+    assert filecmp.cmp(source, target, shallow=False)
+    assert target.stat().st_size == 16 * mib
+    assert target.stat().st_blocks * 512 < 2 * mib < source.stat().st_blocks * 512
+    assert target.stat().st_mode == source.stat().st_mode
 
 
 def test_readers_in_two_processes_open_the_same_version_at_once(tmp_path: Path) -> None:

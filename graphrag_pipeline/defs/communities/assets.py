@@ -11,7 +11,7 @@ from graphrag_pipeline.lib.stages import build_communities, summarize_communitie
 def communities(graphrag: GraphRAGResource) -> MaterializeResult:
     """Hierarchical Leiden (graspologic, fixed seed) over the entity graph; every level kept with parent/child links
     and content-derived ids that stay stable while membership does."""
-    return run_stage(build_communities, graphrag.workspace())
+    return run_stage(build_communities, graphrag)
 
 
 @asset(deps=["communities"], backfill_policy=SINGLE_RUN, group_name="communities", kinds={"python", "qdrant"},
@@ -19,4 +19,4 @@ def communities(graphrag: GraphRAGResource) -> MaterializeResult:
 def community_summaries(graphrag: GraphRAGResource) -> MaterializeResult:
     """Extractive summaries (top entities, strongest relationships) of the communities whose membership or member
     content changed, embedded into the `communities` collection for global questions."""
-    return run_stage(summarize_communities, graphrag.workspace())
+    return run_stage(summarize_communities, graphrag)

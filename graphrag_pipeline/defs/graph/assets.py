@@ -11,4 +11,4 @@ from graphrag_pipeline.lib.stages import sync_graph
 def graph(graphrag: GraphRAGResource) -> MaterializeResult:
     """Entities, relationships and chunk mentions written to the graph store (only what changed), and entity names
     indexed in the `entities` collection for linking questions to the graph."""
-    return run_stage(sync_graph, graphrag.workspace())
+    return run_stage(sync_graph, graphrag)

@@ -11,4 +11,4 @@ from graphrag_pipeline.lib.stages import summarize_elements
 def element_summaries(graphrag: GraphRAGResource) -> MaterializeResult:
     """One entity per real-world thing and one relationship per typed pair, descriptions merged with provenance;
     only changed elements are rewritten."""
-    return run_stage(summarize_elements, graphrag.workspace())
+    return run_stage(summarize_elements, graphrag)

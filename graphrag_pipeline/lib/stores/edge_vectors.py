@@ -9,7 +9,8 @@ lock), while Dagster runs steps in separate processes and agents query from thei
   operations when the load/flush/close per call would dominate.
 * ``publish`` optimizes every working shard (Edge never optimizes in the background: without it a collection is one
   unindexed segment searched by brute force) and copies them all into a new immutable version directory, then
-  atomically switches the ``CURRENT`` pointer. The last two versions are kept.
+  atomically switches the ``CURRENT`` pointer. Only the current version is kept: the one before it is deleted as
+  soon as no reader can be copying it (see *Versions* below).
 * ``EdgeVectorReader`` copies the current version into a private scratch directory and opens that, so any number of
   reader processes can run next to a writer that keeps writing the working copies.
 
@@ -22,12 +23,23 @@ Layout under the root::
     published/publish.lock         serializes publishers
     published/read.lock            shared while a reader copies a version, exclusive while CURRENT switches
 
+Versions: a reader copies only the version ``CURRENT`` names while it holds ``read.lock`` shared, and ``CURRENT``
+changes only under ``read.lock`` exclusive. So the previous version lives on only while the publisher waits for that
+exclusive lock (readers still copying it); once ``CURRENT`` has switched, no reader is copying or can start copying
+any other version, and every version but the current one is deleted (under ``publish.lock``, after ``read.lock`` is
+released so new readers need not wait for the deletion). There is no older version to roll back to.
+
+Disk: Edge preallocates its files (32 MiB per WAL file, vector chunk and payload page) but leaves them sparse, so a
+three-point collection has about 138 MB of apparent size in a few hundred KB of blocks. Every copy (publish and reader)
+therefore preserves the holes (``_copy_sparse``); a plain ``shutil.copytree`` would allocate all 138 MB per copy.
+
 Point ids are the pipeline's string ids mapped to UUIDs (Qdrant accepts only UUIDs and integers); the original id is
 kept in the payload under ``_id`` and removed again from returned payloads.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -68,7 +80,8 @@ VECTOR_NAME = "dense"
 ID_KEY = "_id"  # payload key holding the pipeline's own point id
 DOC_IDS_KEY = "doc_ids"
 BATCH_SIZE = 1_000
-KEEP_VERSIONS = 2  # the current version plus the one before it, for comparison or rollback by hand
+_COPY_BLOCK = 1 << 20  # sparse copies write in blocks of this size and skip the all-zero ones
+_ZERO_BLOCK = bytes(_COPY_BLOCK)
 
 _COLLECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _VERSION_NAME = re.compile(r"^v(\d{6,})$")
@@ -175,6 +188,38 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
+def _copy_sparse(source: str, target: str) -> None:
+    """Copies a file (contents and permission bits) without allocating blocks for its holes or all-zero blocks.
+
+    ``SEEK_DATA``/``SEEK_HOLE`` jump over the holes without reading them; inside data extents, 1 MiB blocks that are
+    all zeros are skipped as well (a file system without hole support reports the whole file as one extent). The
+    target's holes read back as zeros, so the copy is byte-for-byte identical.
+    """
+    with open(source, "rb") as source_file, open(target, "wb") as target_file:
+        source_fd, target_fd = source_file.fileno(), target_file.fileno()
+        size = os.fstat(source_fd).st_size
+        offset = 0
+        while offset < size:
+            try:
+                start = os.lseek(source_fd, offset, os.SEEK_DATA)
+            except OSError as error:
+                if error.errno == errno.ENXIO:  # nothing but a hole up to the end of the file
+                    break
+                raise
+            end = os.lseek(source_fd, start, os.SEEK_HOLE)
+            for block_start in range(start, end, _COPY_BLOCK):
+                block = os.pread(source_fd, min(_COPY_BLOCK, end - block_start), block_start)
+                if block != _ZERO_BLOCK[: len(block)]:
+                    os.pwrite(target_fd, block, block_start)
+            offset = end
+        os.ftruncate(target_fd, size)
+    shutil.copymode(source, target)
+
+
+def _copy_tree_sparse(source: Path, target: Path) -> None:
+    shutil.copytree(source, target, copy_function=_copy_sparse)
+
+
 def _read_current(published: Path) -> str | None:
     try:
         version = (published / "CURRENT").read_text(encoding="utf-8").strip()
@@ -188,6 +233,14 @@ def _read_current(published: Path) -> str | None:
 def _published_versions(published: Path) -> list[str]:
     names = [entry.name for entry in published.iterdir() if entry.is_dir() and _VERSION_NAME.match(entry.name)]
     return sorted(names, key=lambda name: int(name[1:]))
+
+
+def _remove_versions_except_current(published: Path) -> None:
+    """Deletes every version but ``CURRENT``'s; the caller holds ``publish.lock`` (see *Versions* in the module doc)."""
+    current = _read_current(published)
+    for version in _published_versions(published):
+        if version != current:
+            shutil.rmtree(published / version)
 
 
 @dataclass
@@ -337,6 +390,8 @@ class EdgeVectorStore:
     def publish(self, optimize: bool = True) -> str:
         """Copies every collection into a new immutable version, switches ``CURRENT`` to it and returns its name.
 
+        The previous version is deleted once no reader is copying it (see *Versions* in the module docstring).
+
         ``optimize`` builds the HNSW index (and vacuums deletions) first, so readers do not search by brute force;
         it is the slow part for large collections (about two minutes for 50k 384-d vectors on two cores) and is
         incremental: segments already indexed are not rebuilt unless they are merged.
@@ -345,6 +400,7 @@ class EdgeVectorStore:
         with _flock(self._published_dir / "publish.lock", fcntl.LOCK_EX):
             for leftover in self._published_dir.glob(".staging-*"):
                 shutil.rmtree(leftover)  # a publisher that died mid-copy; we hold the publish lock
+            _remove_versions_except_current(self._published_dir)  # one that died between switch and cleanup
             versions = _published_versions(self._published_dir)
             version = f"v{int(versions[-1][1:]) + 1 if versions else 1:06d}"
             staging = self._published_dir / f".staging-{version}"
@@ -352,10 +408,10 @@ class EdgeVectorStore:
             for collection in self.collections():
                 self._copy_working_shard(collection, staging / collection, optimize)
             staging.rename(self._published_dir / version)
+            # Waits until no reader is copying the previous version; readers that come after see the new one.
             with _flock(self._published_dir / "read.lock", fcntl.LOCK_EX):
                 _write_atomically(self._published_dir / "CURRENT", version + "\n")
-                for old in _published_versions(self._published_dir)[:-KEEP_VERSIONS]:
-                    shutil.rmtree(self._published_dir / old)
+            _remove_versions_except_current(self._published_dir)
         return version
 
     def __enter__(self) -> EdgeVectorStore:
@@ -420,7 +476,7 @@ class EdgeVectorStore:
             finally:
                 shard.close()
             # Copied while still holding the lock, so no writer changes the files mid-copy.
-            shutil.copytree(self._shard_dir(collection), target)
+            _copy_tree_sparse(self._shard_dir(collection), target)
 
     @staticmethod
     def _to_point(point: VectorPoint, dimension: int) -> Point:
@@ -458,7 +514,7 @@ class EdgeVectorReader:
             with _flock(published / "read.lock", fcntl.LOCK_SH):
                 # Read again under the lock: a publisher may have switched versions (and pruned this one) meanwhile.
                 self.version = str(_read_current(published))
-                shutil.copytree(published / self.version, self._scratch / self.version)
+                _copy_tree_sparse(published / self.version, self._scratch / self.version)
             for shard_dir in sorted((self._scratch / self.version).iterdir()):
                 self._dimensions[shard_dir.name] = _shard_dimension(shard_dir)
                 self._shards[shard_dir.name] = EdgeShard.load(str(shard_dir))
