@@ -95,3 +95,9 @@ def test_merge_is_independent_of_input_order_and_round_trips():
 def test_normalize_name_collapses_spacing_around_hyphens():
     assert normalize_name("Person - centered therapy") == normalize_name("Person-centered therapy")
     assert normalize_name("  The  Beatles. ") == "the beatles"
+
+
+def test_normalize_name_splits_camel_case_and_folds_accents():
+    assert normalize_name("NodeRAIDDegraded") == normalize_name("Node RAID Degraded") == "node raid degraded"
+    assert normalize_name("Aschenbrödel") == normalize_name("Aschenbrodel")
+    assert normalize_name("payments-api") == normalize_name("Payments-API")

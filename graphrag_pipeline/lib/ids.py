@@ -12,6 +12,7 @@ import unicodedata
 import uuid
 
 _WHITESPACE = re.compile(r"\s+")
+_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
 def content_hash(*parts: str) -> str:
@@ -39,8 +40,11 @@ def normalize_name(name: str) -> str:
     "Payments-API", " payments-api " and "payments-api." all map to "payments-api" (and "Zürich" to "zurich"), so
     one real-world entity is one node. Aliases from configuration are applied on top of this key.
     """
+    # CamelCase is split so an alert rule and the runbook titled after it are one node:
+    # "NodeRAIDDegraded" and "Node RAID Degraded" both become "node raid degraded".
+    text = _CAMEL_BOUNDARY.sub(" ", name)
     # Accents are folded too: a question typed as "Aschenbrodel" must find the node "Aschenbrödel".
-    text = unicodedata.normalize("NFKD", name.casefold())
+    text = unicodedata.normalize("NFKD", text.casefold())
     text = unicodedata.normalize("NFKC", "".join(ch for ch in text if not unicodedata.combining(ch)))
     text = text.replace("\u2019", "'").replace("`", "'")
     text = _WHITESPACE.sub(" ", text).strip(" \t\n\"'.,;:!?()[]{}")
