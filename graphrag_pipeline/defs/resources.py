@@ -6,11 +6,12 @@ so assets never know which backend they write to.
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Optional
 
-from dagster import ConfigurableResource
+from dagster import ConfigurableResource, EnvVar
 
 from graphrag_pipeline.lib.config import PipelineSettings, load_settings
 from graphrag_pipeline.lib.stores.protocols import Embedder, GraphStore, VectorStore
@@ -42,6 +43,22 @@ class EmbeddedGraphStoreResource(GraphStoreResource):
         return EmbeddedGraphStore(Path(settings.index_dir) / "graph.sqlite")
 
 
+class Neo4jGraphStoreResource(GraphStoreResource):
+    """Neo4j (or any Bolt/Cypher server): batched idempotent MERGE writes, reads routed as reads."""
+
+    uri: str
+    user: str
+    password: str
+    database: Optional[str] = None
+    batch_size: int = 1000
+
+    def open(self, settings: PipelineSettings) -> GraphStore:
+        from graphrag_pipeline.lib.stores.neo4j_graph import Neo4jGraphStore
+
+        return Neo4jGraphStore(self.uri, self.user, self.password, self.database or None,
+                               batch_size=self.batch_size, ontology=settings.ontology)
+
+
 class VectorStoreResource(ConfigurableResource, ABC):
     @abstractmethod
     def open(self, settings: PipelineSettings) -> VectorStore: ...
@@ -54,6 +71,18 @@ class EmbeddedVectorStoreResource(VectorStoreResource):
         from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorStore
 
         return EdgeVectorStore(Path(settings.index_dir) / "vectors")
+
+
+class QdrantVectorStoreResource(VectorStoreResource):
+    """A Qdrant server: named vectors, payload indexes, deterministic UUID point ids."""
+
+    url: str
+    api_key: Optional[str] = None
+
+    def open(self, settings: PipelineSettings) -> VectorStore:
+        from graphrag_pipeline.lib.stores.qdrant_vectors import QdrantVectorStore
+
+        return QdrantVectorStore(url=self.url, api_key=self.api_key or None)
 
 
 class EmbedderResource(ConfigurableResource, ABC):
@@ -95,5 +124,32 @@ def embedded_graphrag(config_path: str | None = None, index_dir: str | None = No
         pipeline=PipelineConfigResource(config_path=config_path, index_dir=index_dir),
         graph_store=EmbeddedGraphStoreResource(),
         vector_store=EmbeddedVectorStoreResource(),
+        embedder=LocalEmbedderResource(),
+    )
+
+
+def graphrag_from_environment() -> GraphRAGResource:
+    """Backends chosen by GRAPH_BACKEND / VECTOR_BACKEND; connection settings are `EnvVar`s, so secrets stay in the
+    environment and the Dagster UI shows which variable each value comes from."""
+    from graphrag_pipeline.lib.backends import graph_backend, vector_backend
+
+    graph_store: GraphStoreResource = EmbeddedGraphStoreResource()
+    if graph_backend() == "neo4j":
+        graph_store = Neo4jGraphStoreResource(
+            uri=EnvVar("NEO4J_URI"),
+            user=EnvVar("NEO4J_USER"),
+            password=EnvVar("NEO4J_PASSWORD"),
+            database=EnvVar("NEO4J_DATABASE") if os.environ.get("NEO4J_DATABASE") else None,
+        )
+    vector_store: VectorStoreResource = EmbeddedVectorStoreResource()
+    if vector_backend() == "qdrant":
+        vector_store = QdrantVectorStoreResource(
+            url=EnvVar("QDRANT_URL"),
+            api_key=EnvVar("QDRANT_API_KEY") if os.environ.get("QDRANT_API_KEY") else None,
+        )
+    return GraphRAGResource(
+        pipeline=PipelineConfigResource(),
+        graph_store=graph_store,
+        vector_store=vector_store,
         embedder=LocalEmbedderResource(),
     )

@@ -39,16 +39,15 @@ def open_index(
     if not (root / "state.sqlite").is_file():
         raise IndexNotFoundError(f"no index at {root.resolve()}: materialize the pipeline's assets first")
 
+    from graphrag_pipeline.lib.backends import open_graph_store, open_vector_store
     from graphrag_pipeline.lib.embedders import LocalEmbedder
     from graphrag_pipeline.lib.state import StateStore
-    from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorReader
-    from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 
     return QueryEngine(
         settings,
         state=StateStore(root / "state.sqlite", read_only=True),
-        graph_store=EmbeddedGraphStore(root / "graph.sqlite", read_only=True),
-        vector_store=EdgeVectorReader(root / "vectors"),
+        graph_store=open_graph_store(settings, read_only=True),
+        vector_store=open_vector_store(settings, reader=True),
         embedder=LocalEmbedder(settings.embedder, threads=settings.embedder.query_threads),
     )
 
