@@ -1,0 +1,287 @@
+"""Structure of the production stack: docker-compose.yml, deploy/Dockerfile, deploy/.env.example, deploy/workspace.yaml
+and the PostgreSQL instance file. No Docker engine exists here, so nothing is built or started: the files are parsed
+and checked against what the stack needs, and the instance and workspace files go through Dagster's own validation.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from dagster._config import process_config
+from dagster._core.instance.config import dagster_instance_config
+from dagster._core.instance.ref import InstanceRef
+from dagster._core.workspace.config_schema import process_workspace_config
+from dagster_postgres import DagsterPostgresStorage
+from dagster_postgres.utils import pg_url_from_config
+from sqlalchemy.engine import make_url
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE = ROOT / "docker-compose.yml"
+DEPLOY = ROOT / "deploy"
+INSTANCE_YAML = DEPLOY / "dagster-postgres.yaml"
+ENV_EXAMPLE = DEPLOY / ".env.example"
+DOCKERFILE = DEPLOY / "Dockerfile"
+
+DAGSTER_SERVICES = ("dagster-webserver", "dagster-daemon")
+SERVERS = ("neo4j", "qdrant", "postgres")
+PG_VARS = ("DAGSTER_PG_HOST", "DAGSTER_PG_PORT", "DAGSTER_PG_USER", "DAGSTER_PG_PASSWORD", "DAGSTER_PG_DB")
+SECRET_KEY = re.compile(r"PASSWORD|SECRET|API_KEY|TOKEN|AUTH", re.IGNORECASE)
+# `${VAR}`, `${VAR:?message}`, `${VAR:-default}`; not `$${...}`, which Compose passes to the container's shell.
+VAR_REFERENCE = re.compile(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?[-?+][^}]*)?\}")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())  # resolves the `<<: *dagster` merge keys like Compose does
+
+
+@pytest.fixture(scope="module")
+def services(compose) -> dict:
+    return compose["services"]
+
+
+@pytest.fixture(scope="module")
+def env_example() -> dict[str, str]:
+    values = {}
+    for line in ENV_EXAMPLE.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, sep, value = line.partition("=")
+            assert sep, f"not KEY=value: {line!r}"
+            values[key.strip()] = value.strip()
+    return values
+
+
+def environment(service: dict) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {key: "" if value is None else str(value) for key, value in env.items()}
+
+
+def published_ports(service: dict) -> set[int]:
+    return {int(str(port).rsplit(":", 1)[-1].split("/")[0]) for port in service.get("ports", [])}
+
+
+def mounts(service: dict) -> list[tuple[str, str]]:
+    return [tuple(str(volume).split(":")[:2]) for volume in service.get("volumes", [])]
+
+
+def env_files(service: dict) -> list[str]:
+    files = service.get("env_file") or []
+    files = [files] if isinstance(files, (str, dict)) else files
+    return [item["path"] if isinstance(item, dict) else item for item in files]
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    return [tuple(line.strip().split(None, 1)) for line in text.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_the_stack_has_its_six_services_on_the_expected_images(services):
+    assert set(services) == {"neo4j", "qdrant", "postgres", "dagster-webserver", "dagster-daemon", "ollama"}
+    assert services["neo4j"]["image"].split(":")[0] == "neo4j"
+    assert services["neo4j"]["image"].split(":")[1].startswith("5")
+    assert services["qdrant"]["image"].split(":")[0] == "qdrant/qdrant"
+    assert services["postgres"]["image"] == "postgres:16"
+    assert services["ollama"]["image"].split(":")[0] == "ollama/ollama"
+
+
+def test_ports(services):
+    assert published_ports(services["neo4j"]) == {7474, 7687}  # Browser, Bolt
+    assert published_ports(services["qdrant"]) == {6333, 6334}  # REST, gRPC
+    assert published_ports(services["dagster-webserver"]) == {3000}
+    assert published_ports(services["ollama"]) == {11434}
+    assert published_ports(services["dagster-daemon"]) == set()
+
+
+def test_every_service_has_a_health_check(services):
+    for name, service in services.items():
+        test = service.get("healthcheck", {}).get("test")
+        assert isinstance(test, list) and test[0] in ("CMD", "CMD-SHELL") and len(test) > 1, name
+        assert not service["healthcheck"].get("disable"), name
+    # The checks probe the service itself, not just that a process exists.
+    assert "7687" in " ".join(services["neo4j"]["healthcheck"]["test"])
+    assert "/readyz" in " ".join(services["qdrant"]["healthcheck"]["test"])
+    assert "pg_isready" in " ".join(services["postgres"]["healthcheck"]["test"])
+    assert "liveness-check" in services["dagster-daemon"]["healthcheck"]["test"]
+    assert "/server_info" in " ".join(services["dagster-webserver"]["healthcheck"]["test"])
+
+
+def test_dagster_waits_for_healthy_servers(services):
+    for name in DAGSTER_SERVICES:
+        depends_on = services[name]["depends_on"]
+        assert isinstance(depends_on, dict), name
+        assert set(depends_on) == set(SERVERS), name
+        for server in SERVERS:
+            assert depends_on[server]["condition"] == "service_healthy", (name, server)
+    for name, service in services.items():
+        assert "ollama" not in (service.get("depends_on") or {}), f"{name} would pull in the optional llm profile"
+
+
+def test_ollama_is_the_only_service_under_a_profile(services):
+    assert services["ollama"]["profiles"] == ["llm"]
+    assert [name for name, service in services.items() if service.get("profiles")] == ["ollama"]
+
+
+def test_every_data_directory_is_a_declared_named_volume(compose, services):
+    declared = set(compose["volumes"])
+    used = set()
+    for name, service in services.items():
+        for source, target in mounts(service):
+            assert not source.startswith((".", "/", "~", "$")), f"{name}: bind mount {source}:{target}"
+            assert source in declared, f"{name}: volume {source} not declared"
+            used.add(source)
+    assert used == declared, f"declared but unused: {declared - used}"
+
+    targets = {name: {target for _, target in mounts(service)} for name, service in services.items()}
+    assert "/data" in targets["neo4j"]
+    assert "/qdrant/storage" in targets["qdrant"]
+    assert "/var/lib/postgresql/data" in targets["postgres"]
+    assert "/root/.ollama" in targets["ollama"]
+    for name in DAGSTER_SERVICES:
+        home = environment(services[name])["DAGSTER_HOME"]
+        assert f"{home}/storage" in targets[name], name  # compute logs and artifacts
+        assert "/opt/dagster/app/.graphrag" in targets[name], name  # the index directory (cwd-relative default)
+
+
+def test_no_secret_is_written_in_the_compose_file(services, env_example):
+    for name, service in services.items():
+        for key, value in environment(service).items():
+            if SECRET_KEY.search(key):
+                assert VAR_REFERENCE.search(value), f"{name}: {key} has a literal value"
+    for name in DAGSTER_SERVICES:
+        assert env_files(services[name]) == ["deploy/.env"], name
+        # Secrets reach Dagster from the env file only, and the env file really provides them.
+        env = environment(services[name])
+        for key in ("NEO4J_PASSWORD", "QDRANT_API_KEY", "DAGSTER_PG_USER", "DAGSTER_PG_PASSWORD", "DAGSTER_PG_DB"):
+            assert key not in env, (name, key)
+            assert key in env_example, key
+    # No other service reads the env file wholesale: the servers get only the variables they need.
+    assert [name for name, service in services.items() if env_files(service)] == list(DAGSTER_SERVICES)
+
+
+def test_every_variable_the_stack_reads_is_documented_in_env_example(services, env_example):
+    referenced = set(VAR_REFERENCE.findall(COMPOSE.read_text()))
+    assert referenced, "the servers' credentials come from ${...} references"
+    assert referenced <= set(env_example), referenced - set(env_example)
+    # A variable without a default must be required (`:?`), so a forgotten --env-file fails loudly.
+    for match in re.finditer(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)([^}]*)\}", COMPOSE.read_text()):
+        assert match.group(2).startswith((":?", ":-", "-", "?")), match.group(0)
+
+    # What the Dagster containers see: compose environment + env file. Everything the backends and the instance need.
+    for name in DAGSTER_SERVICES:
+        seen = set(environment(services[name])) | set(env_example)
+        needed = {"GRAPH_BACKEND", "VECTOR_BACKEND", "NEO4J_URI", "NEO4J_USER", "NEO4J_PASSWORD", "NEO4J_DATABASE",
+                  "QDRANT_URL", "QDRANT_API_KEY", "DAGSTER_HOME", *PG_VARS}
+        assert needed <= seen, (name, needed - seen)
+        env = environment(services[name])
+        assert env["GRAPH_BACKEND"] == "neo4j" and env["VECTOR_BACKEND"] == "qdrant"
+        assert env["NEO4J_URI"] == "bolt://neo4j:7687"
+        assert env["QDRANT_URL"] == "http://qdrant:6333"
+        assert env["DAGSTER_PG_HOST"] == "postgres" and env["DAGSTER_PG_PORT"] == "5432"
+    # The same database credentials create the PostgreSQL role/database and configure the Dagster instance.
+    postgres = environment(services["postgres"])
+    assert VAR_REFERENCE.search(postgres["POSTGRES_USER"]).group(1) == "DAGSTER_PG_USER"
+    assert VAR_REFERENCE.search(postgres["POSTGRES_PASSWORD"]).group(1) == "DAGSTER_PG_PASSWORD"
+    assert VAR_REFERENCE.search(postgres["POSTGRES_DB"]).group(1) == "DAGSTER_PG_DB"
+    assert VAR_REFERENCE.search(environment(services["neo4j"])["NEO4J_AUTH"]).group(1) == "NEO4J_PASSWORD"
+
+
+def test_webserver_and_daemon_share_image_home_volumes_and_workspace(services):
+    web, daemon = services["dagster-webserver"], services["dagster-daemon"]
+    assert web["build"] == daemon["build"] == {"context": ".", "dockerfile": "deploy/Dockerfile"}
+    assert web["image"] == daemon["image"]
+    assert environment(web) == environment(daemon)
+    assert environment(web)["DAGSTER_HOME"]
+    assert web["volumes"] == daemon["volumes"]
+    assert web["command"][0] == "dagster-webserver"
+    assert daemon["command"][:2] == ["dagster-daemon", "run"]
+    workspace = web["command"][web["command"].index("-w") + 1]
+    assert workspace == daemon["command"][daemon["command"].index("-w") + 1]
+    assert workspace == "/opt/dagster/app/deploy/workspace.yaml"
+
+
+def test_the_dockerfile_builds_the_image_compose_expects(services):
+    instructions = dockerfile_instructions()
+    assert instructions[0] == ("FROM", "python:3.11-slim")
+    text = " ".join(arg for _, arg in instructions)
+    args = dict(arg.split("=", 1) for op, arg in instructions if op == "ARG" and "=" in arg)
+
+    # torch: the CPU wheel from the PyTorch CPU index, at the version pyproject.toml pins, before the project.
+    assert args["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
+    pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert f"torch=={args['TORCH_VERSION']}" in pins
+    runs = [arg for op, arg in instructions if op == "RUN"]
+    torch_step = next(i for i, run in enumerate(runs) if "--index-url" in run)
+    project_step = next(i for i, run in enumerate(runs) if re.search(r"pip install \.(\s|$)", run))
+    assert torch_step < project_step
+    assert '"torch==${TORCH_VERSION}"' in runs[torch_step] and "${TORCH_INDEX_URL}" in runs[torch_step]
+
+    # DAGSTER_HOME is the one compose sets, and it holds the PostgreSQL instance file as dagster.yaml.
+    home = environment(services["dagster-webserver"])["DAGSTER_HOME"]
+    assert f"DAGSTER_HOME={home}" in text
+    copies = [arg.split() for op, arg in instructions if op == "COPY"]
+    assert ["deploy/dagster-postgres.yaml", "${DAGSTER_HOME}/dagster.yaml"] in copies
+    assert ["deploy/workspace.yaml", "./deploy/workspace.yaml"] in copies
+    assert ("WORKDIR", "/opt/dagster/app") in instructions  # workspace.yaml's working_directory and the cwd
+    sources = [source for copy in copies for source in copy[:-1]]
+    assert not [source for source in sources if source.startswith("--")]
+    for source in sources:
+        assert (ROOT / source).exists(), source
+    # The build context filter keeps exactly the copied files and drops .venv, indexes and deploy/.env.
+    ignore = (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
+    assert {line[1:] for line in ignore if line.startswith("!")} == set(sources)
+    assert "*" in ignore
+    assert "*" in ignore and "!deploy/.env" not in ignore
+
+
+def test_the_container_workspace_loads_the_project_definitions():
+    workspace = yaml.safe_load((DEPLOY / "workspace.yaml").read_text())
+    assert process_workspace_config(workspace).success
+    (location,) = workspace["load_from"]
+    module = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["dagster"]["module_name"]
+    assert location["python_module"]["module_name"] == module
+    assert location["python_module"]["working_directory"] == "/opt/dagster/app"
+
+
+def test_the_instance_file_is_valid_dagster_config_with_postgres_storage(tmp_path):
+    shutil.copyfile(INSTANCE_YAML, tmp_path / "dagster.yaml")
+    config, custom_class = dagster_instance_config(str(tmp_path))  # Dagster's own instance schema
+    assert custom_class is None
+    assert set(config["storage"]) == {"postgres"}
+    db = dict(config["storage"]["postgres"]["postgres_db"])
+    assert db.pop("scheme") == "postgresql+psycopg2"  # dagster-postgres ships psycopg2, not psycopg 3
+    assert db == {"hostname": {"env": "DAGSTER_PG_HOST"}, "port": {"env": "DAGSTER_PG_PORT"},
+                  "username": {"env": "DAGSTER_PG_USER"}, "password": {"env": "DAGSTER_PG_PASSWORD"},
+                  "db_name": {"env": "DAGSTER_PG_DB"}}
+
+    ref = InstanceRef.from_dir(str(tmp_path))  # builds the class references without connecting
+    assert (ref.storage_data.module_name, ref.storage_data.class_name) == ("dagster_postgres", "DagsterPostgresStorage")
+    assert ref.run_coordinator_data.class_name == "QueuedRunCoordinator"
+    assert ref.scheduler_data.class_name == "DagsterDaemonScheduler"
+
+
+def test_the_instance_resolves_its_connection_from_the_environment_only(tmp_path, monkeypatch):
+    shutil.copyfile(INSTANCE_YAML, tmp_path / "dagster.yaml")
+    storage_config = yaml.safe_load(InstanceRef.from_dir(str(tmp_path)).storage_data.config_yaml)
+    values = {"DAGSTER_PG_HOST": "db.internal", "DAGSTER_PG_PORT": "6543", "DAGSTER_PG_USER": "dagster",
+              "DAGSTER_PG_PASSWORD": "p@ss/word", "DAGSTER_PG_DB": "runs"}
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    # Exactly what Dagster does when it rehydrates the storage class, minus opening the connection.
+    processed = process_config(DagsterPostgresStorage.config_type(), storage_config)
+    assert processed.success, processed.errors
+    url = make_url(pg_url_from_config(processed.value))  # parsed the way SQLAlchemy will when it connects
+    assert (url.drivername, url.username, url.password, url.host, url.port, url.database) == (
+        "postgresql+psycopg2", "dagster", "p@ss/word", "db.internal", 6543, "runs")
+
+    monkeypatch.delenv("DAGSTER_PG_PASSWORD")
+    missing = process_config(DagsterPostgresStorage.config_type(), storage_config)
+    assert not missing.success
+    assert "DAGSTER_PG_PASSWORD" in str(missing.errors)
