@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,19 +30,56 @@ from graphrag_pipeline.lib.stores.edge_vectors import (
     _copy_sparse,
 )
 from graphrag_pipeline.lib.stores.protocols import VectorStore
+from graphrag_pipeline.lib.stores.qdrant_vectors import QdrantVectorStore
+
+
+def qdrant_server_store(tmp_path: Path) -> QdrantVectorStore:
+    """A real Qdrant server (QDRANT_URL, optional QDRANT_API_KEY); a fresh collection prefix per test."""
+    return QdrantVectorStore(
+        os.environ["QDRANT_URL"],
+        os.environ.get("QDRANT_API_KEY") or None,
+        prefix=f"graphrag_contract_{uuid.uuid4().hex[:12]}_",
+        keyword_fields=("kind",),
+    )
+
 
 VECTOR_STORE_FACTORIES: dict[str, Callable[[Path], VectorStore]] = {
     "edge": lambda tmp_path: EdgeVectorStore(tmp_path / "vectors", keyword_fields=("doc_ids", "kind")),
+    # qdrant-client's local mode, what CI runs: in memory, and on disk (it commits every point to SQLite: slow).
+    "qdrant-local": lambda tmp_path: QdrantVectorStore(location=":memory:", keyword_fields=("kind",)),
+    "qdrant-local-disk": lambda tmp_path: QdrantVectorStore(path=str(tmp_path / "qdrant"), keyword_fields=("kind",)),
+    "qdrant-server": qdrant_server_store,
+}
+
+# Marks per backend: the server variant needs QDRANT_URL and is skipped (with this reason) without it.
+VECTOR_STORE_MARKS: dict[str, list[pytest.MarkDecorator]] = {
+    "qdrant-local-disk": [pytest.mark.slow],
+    "qdrant-server": [
+        pytest.mark.server,
+        pytest.mark.skipif(not os.environ.get("QDRANT_URL"), reason="QDRANT_URL is not set (no Qdrant server)"),
+    ],
+}
+
+# Clean-up after each test for backends whose data outlives the test's tmp_path.
+VECTOR_STORE_TEARDOWN: dict[str, Callable[[VectorStore], None]] = {
+    "qdrant-server": lambda store: store.drop_collections(),  # type: ignore[attr-defined]
 }
 
 DIM = 4
 
 
-@pytest.fixture(params=sorted(VECTOR_STORE_FACTORIES))
+@pytest.fixture(
+    params=[pytest.param(name, marks=VECTOR_STORE_MARKS.get(name, [])) for name in sorted(VECTOR_STORE_FACTORIES)]
+)
 def vector_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorStore]:
     store = VECTOR_STORE_FACTORIES[request.param](tmp_path)
-    yield store
-    store.close()
+    try:
+        yield store
+    finally:
+        teardown = VECTOR_STORE_TEARDOWN.get(request.param)
+        if teardown is not None:
+            teardown(store)
+        store.close()
 
 
 def point(point_id: str, vector: list[float], doc_ids: list[str], **payload: object) -> VectorPoint:
@@ -97,6 +135,24 @@ def test_upserting_the_same_ids_again_replaces_instead_of_duplicating(vector_sto
     updated = next(hit for hit in hits if hit.point_id == "chunk-a")
     assert updated.payload == {"doc_ids": ["doc-9"], "kind": "chunk", "text": "new"}
     assert updated.score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_upserting_the_same_points_twice_leaves_identical_counts_and_results(vector_store: VectorStore) -> None:
+    """Idempotency: a re-run of a materialization writes the same content-derived ids and changes nothing."""
+    vector_store.ensure_collection("chunks", DIM)
+    vector_store.upsert("chunks", corpus())
+    first_ids, first_count = vector_store.point_ids("chunks"), vector_store.count("chunks")
+    first_hits = vector_store.search("chunks", [1.0, 0.5, 0.2, 0.1], limit=5)
+
+    vector_store.ensure_collection("chunks", DIM)
+    vector_store.upsert("chunks", corpus())
+    vector_store.publish()
+
+    assert first_count == vector_store.count("chunks") == 5
+    assert first_ids == vector_store.point_ids("chunks") == {item.point_id for item in corpus()}
+    second_hits = vector_store.search("chunks", [1.0, 0.5, 0.2, 0.1], limit=5)
+    assert [(hit.point_id, hit.payload) for hit in second_hits] == [(hit.point_id, hit.payload) for hit in first_hits]
+    assert [hit.score for hit in second_hits] == pytest.approx([hit.score for hit in first_hits], abs=1e-6)
 
 
 def test_delete_removes_only_the_given_points(vector_store: VectorStore) -> None:
