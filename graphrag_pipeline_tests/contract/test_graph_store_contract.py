@@ -16,13 +16,24 @@ import pytest
 from graphrag_pipeline.lib.models import Entity, Relationship
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.lib.stores.protocols import GraphStore, TraversalHit
+from graphrag_pipeline_tests.contract import bolt_server
 
 GRAPH_STORE_FACTORIES: dict[str, Callable[[Path], GraphStore]] = {
     "embedded": lambda directory: EmbeddedGraphStore(directory / "graph.sqlite"),
+    # Neo4jGraphStore on a fresh database of the session's ArcadeDB Bolt server (always runs; fails if it cannot)
+    "neo4j-arcadedb": lambda directory: bolt_server.arcadedb_graph_store(),
+    # Neo4jGraphStore on the real Neo4j named by NEO4J_URI (skipped with a reason when it is not set)
+    "neo4j-real": lambda directory: bolt_server.real_neo4j_graph_store(),
+}
+GRAPH_STORE_MARKS = {
+    "neo4j-arcadedb": [pytest.mark.server, pytest.mark.slow],
+    "neo4j-real": [pytest.mark.server],
 }
 
 
-@pytest.fixture(params=sorted(GRAPH_STORE_FACTORIES))
+@pytest.fixture(
+    params=[pytest.param(name, marks=GRAPH_STORE_MARKS.get(name, [])) for name in sorted(GRAPH_STORE_FACTORIES)]
+)
 def graph_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[GraphStore]:
     store = GRAPH_STORE_FACTORIES[request.param](tmp_path)
     yield store

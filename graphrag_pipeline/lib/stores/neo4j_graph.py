@@ -1,0 +1,756 @@
+"""The Neo4j-protocol graph store: any Bolt server that speaks Cypher (Neo4j 5, AuraDB, ArcadeDB's Bolt plugin).
+
+Layout in the database:
+
+* ``(:Entity {entity_id, name, canonical, type, description, mention_count, chunk_ids, doc_ids, aliases})`` plus
+  the entity's ontology type as a second label (``:Entity:Service``) when that type is a validated identifier of
+  the ontology; the ``type`` property is the source of truth for reads.
+* ``(:Entity)-[:DEPENDS_ON {relationship_id, type, weight, description, predicates, chunk_ids, doc_ids}]->(:Entity)``:
+  the Neo4j relationship type is the relationship's ontology type, or the ontology's fallback type when the
+  relationship's type is not in the ontology; the ``type`` property keeps the relationship's own type.
+* ``(:Chunk {chunk_id})-[:MENTIONS]->(:Entity)``; a chunk node without mentions is removed.
+
+Nothing from a document or an LLM is ever interpolated into Cypher text: labels and relationship types come only
+from the ontology, are re-validated against ``IDENTIFIER`` right before use and quoted; every value is a parameter.
+
+Writes are batched ``UNWIND $rows … MERGE`` statements keyed by the pipeline's content-derived ids (one write
+transaction per batch, retried by the driver on transient errors); reads run in read transactions, so a cluster
+routes them to followers. Traversal fetches bounded neighbourhoods per hop with Cypher and scores in Python exactly
+like ``EmbeddedGraphStore.traverse`` (same formula, same tie-breaks), so both backends return the same hits.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+from neo4j import Driver, GraphDatabase, ManagedTransaction
+from neo4j.exceptions import ServiceUnavailable, SessionExpired
+
+from graphrag_pipeline.lib.config import IDENTIFIER, Ontology, default_config_data
+from graphrag_pipeline.lib.models import Entity, Relationship
+from graphrag_pipeline.lib.stores.embedded_graph import hub_damping
+from graphrag_pipeline.lib.stores.protocols import GraphStats, TraversalHit
+
+T = TypeVar("T")
+
+ENTITY_LABEL = "Entity"
+CHUNK_LABEL = "Chunk"
+MENTIONS = "MENTIONS"
+_RESERVED_LABELS = frozenset({ENTITY_LABEL, CHUNK_LABEL})
+
+# Idempotent schema: uniqueness constraints carry the id indexes the MERGEs use.
+_SCHEMA = (
+    f"CREATE CONSTRAINT entity_id_unique IF NOT EXISTS FOR (e:{ENTITY_LABEL}) REQUIRE e.entity_id IS UNIQUE",
+    f"CREATE CONSTRAINT chunk_id_unique IF NOT EXISTS FOR (c:{CHUNK_LABEL}) REQUIRE c.chunk_id IS UNIQUE",
+    f"CREATE INDEX entity_name IF NOT EXISTS FOR (e:{ENTITY_LABEL}) ON (e.name)",
+    f"CREATE INDEX entity_mention_count IF NOT EXISTS FOR (e:{ENTITY_LABEL}) ON (e.mention_count)",
+)
+
+_ENTITY_FIELDS = ("name", "canonical", "type", "description", "mention_count", "chunk_ids", "doc_ids", "aliases")
+_ENTITY_RETURN = "e.entity_id AS entity_id, " + ", ".join(f"e.{field} AS {field}" for field in _ENTITY_FIELDS)
+_RELATIONSHIP_RETURN = (
+    "r.relationship_id AS relationship_id, s.entity_id AS source_id, t.entity_id AS target_id, r.type AS type, "
+    "r.description AS description, r.weight AS weight, r.chunk_ids AS chunk_ids, r.doc_ids AS doc_ids, "
+    "r.predicates AS predicates"
+)
+_ORDER_ENTITIES = {
+    "mention_count": "e.mention_count DESC, e.name, e.entity_id",
+    "name": "e.name, e.entity_id",
+}
+
+
+def checked_identifier(name: str) -> str:
+    """``name`` quoted for Cypher, after re-validating it as a plain identifier (the only text ever interpolated)."""
+    if not isinstance(name, str) or not IDENTIFIER.match(name):
+        raise ValueError(f"{name!r} is not a valid label or relationship type (must match {IDENTIFIER.pattern})")
+    return f"`{name}`"
+
+
+def default_ontology() -> Ontology:
+    return Ontology.model_validate(default_config_data()["ontology"])
+
+
+def _unique(ids: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(ids))
+
+
+def _entity_from_record(record: dict[str, Any]) -> Entity:
+    return Entity(
+        entity_id=record["entity_id"],
+        name=record["name"],
+        canonical=record["canonical"],
+        type=record["type"],
+        description=record["description"],
+        mention_count=int(record["mention_count"]),
+        chunk_ids=tuple(record["chunk_ids"] or ()),
+        doc_ids=tuple(record["doc_ids"] or ()),
+        aliases=tuple(record["aliases"] or ()),
+    )
+
+
+def _relationship_from_record(record: dict[str, Any]) -> Relationship:
+    return Relationship(
+        relationship_id=record["relationship_id"],
+        source_id=record["source_id"],
+        target_id=record["target_id"],
+        type=record["type"],
+        description=record["description"],
+        weight=float(record["weight"]),
+        chunk_ids=tuple(record["chunk_ids"] or ()),
+        doc_ids=tuple(record["doc_ids"] or ()),
+        predicates=tuple(record["predicates"] or ()),
+    )
+
+
+def _entity_row(entity: Entity) -> dict[str, Any]:
+    if not entity.entity_id:
+        raise ValueError(f"entity without an id: {entity.name!r}")
+    return {
+        "entity_id": entity.entity_id,
+        "props": {
+            "name": entity.name,
+            "canonical": entity.canonical,
+            "type": entity.type,
+            "description": entity.description,
+            "mention_count": int(entity.mention_count),
+            "chunk_ids": list(entity.chunk_ids),
+            "doc_ids": list(entity.doc_ids),
+            "aliases": list(entity.aliases),
+        },
+    }
+
+
+def _relationship_row(relationship: Relationship) -> dict[str, Any]:
+    if not relationship.relationship_id:
+        raise ValueError(f"relationship without an id: {relationship.source_id} -> {relationship.target_id}")
+    weight = float(relationship.weight)
+    if not (math.isfinite(weight) and weight > 0):
+        raise ValueError(f"relationship {relationship.relationship_id} has weight {weight!r}; weights must be > 0")
+    return {
+        "relationship_id": relationship.relationship_id,
+        "source_id": relationship.source_id,
+        "target_id": relationship.target_id,
+        "props": {
+            "type": relationship.type,
+            "description": relationship.description,
+            "weight": weight,
+            "chunk_ids": list(relationship.chunk_ids),
+            "doc_ids": list(relationship.doc_ids),
+            "predicates": list(relationship.predicates),
+        },
+    }
+
+
+@dataclass
+class _Neighbourhood:
+    """One entity's relationships as traversal sees them: heaviest first, with the scoring inputs."""
+
+    damping_factor: float  # 1 / (1 + log10(degree)), over all relationships (any type, self-loops excluded)
+    heaviest: float  # heaviest weight among all its relationships
+    edges: list[tuple[str, str, float]]  # (neighbour, relationship id, weight), allowed types only, sorted
+    complete: bool  # False when only the heaviest edges were fetched
+
+
+# For a frontier of entity ids: every relationship to another entity (both directions, self-loops excluded),
+# the degree and heaviest weight over all of them, and the heaviest ``$limit`` edges of the allowed types.
+_NEIGHBOURHOODS = f"""
+UNWIND $ids AS id
+MATCH (e:{ENTITY_LABEL} {{entity_id: id}})-[r]-(n:{ENTITY_LABEL})
+WHERE n <> e
+WITH e, r, n ORDER BY r.weight DESC, n.entity_id, r.relationship_id
+WITH e, count(r) AS degree, max(r.weight) AS heaviest,
+     collect([n.entity_id, r.relationship_id, r.type, r.weight]) AS edges
+WITH e, degree, heaviest, [x IN edges WHERE $types IS NULL OR x[2] IN $types] AS allowed
+RETURN e.entity_id AS entity_id, degree, heaviest, size(allowed) AS total,
+       CASE WHEN $limit IS NULL THEN allowed ELSE allowed[0..$limit] END AS edges
+"""
+
+
+class Neo4jGraphStore:
+    """``GraphStore`` over the Bolt protocol with the official ``neo4j`` driver.
+
+    ``database=None`` uses the server's default database. ``batch_size`` rows go into each write transaction.
+    ``ontology`` (default: the packaged default ontology) decides which entity types become labels and which
+    relationship types become Neo4j relationship types. ``max_retries`` bounds this store's own retries of a whole
+    transaction when the server is unreachable (``ServiceUnavailable``/``SessionExpired``), on top of the driver's
+    retries of transient errors inside ``execute_read``/``execute_write``. Thread-safe: the driver is shared, each
+    call opens its own session.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        user: str,
+        password: str,
+        database: str | None = None,
+        *,
+        batch_size: int = 1000,
+        ontology: Ontology | None = None,
+        max_retries: int = 3,
+        retry_delay: float = 1.0,
+        driver: Driver | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        self.uri = uri
+        self.database = database
+        self.batch_size = batch_size
+        self.max_retries = max_retries
+        self.retry_delay = retry_delay
+        self.ontology = ontology if ontology is not None else default_ontology()
+        self._entity_labels = frozenset(
+            name for name in self.ontology.entity_type_names if IDENTIFIER.match(name) and name not in _RESERVED_LABELS
+        )
+        relationship_types = {name for name in self.ontology.relationship_type_names if IDENTIFIER.match(name)}
+        self._fallback_type = self.ontology.fallback_relationship_type
+        checked_identifier(self._fallback_type)
+        relationship_types.add(self._fallback_type)
+        self._relationship_types = tuple(sorted(relationship_types))
+        self._driver = driver if driver is not None else GraphDatabase.driver(uri, auth=(user, password))
+        try:
+            self._ensure_schema()
+        except BaseException:
+            self._driver.close()
+            raise
+
+    def __enter__(self) -> "Neo4jGraphStore":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- plumbing -------------------------------------------------------------------------------------------------
+
+    def _retrying(self, call: Callable[[], T]) -> T:
+        for attempt in range(self.max_retries + 1):
+            try:
+                return call()
+            except (ServiceUnavailable, SessionExpired):
+                if attempt == self.max_retries:
+                    raise
+                time.sleep(self.retry_delay * (2**attempt))
+        raise AssertionError("unreachable")
+
+    def _read(self, work: Callable[[ManagedTransaction], T]) -> T:
+        def call() -> T:
+            with self._driver.session(database=self.database) as session:
+                return session.execute_read(work)
+
+        return self._retrying(call)
+
+    def _write(self, work: Callable[[ManagedTransaction], T]) -> T:
+        def call() -> T:
+            with self._driver.session(database=self.database) as session:
+                return session.execute_write(work)
+
+        return self._retrying(call)
+
+    def _query(self, cypher: str, **parameters: Any) -> list[dict[str, Any]]:
+        return self._read(lambda tx: tx.run(cypher, parameters).data())
+
+    def _batches(self, rows: Sequence[T]) -> Iterable[Sequence[T]]:
+        for offset in range(0, len(rows), self.batch_size):
+            yield rows[offset : offset + self.batch_size]
+
+    def _ensure_schema(self) -> None:
+        statements = list(_SCHEMA)
+        for rtype in self._relationship_types:
+            quoted = checked_identifier(rtype)
+            statements.append(
+                f"CREATE INDEX rel_{rtype}_id IF NOT EXISTS FOR ()-[r:{quoted}]-() ON (r.relationship_id)"
+            )
+        for statement in statements:
+            # Schema statements run one per auto-commit transaction (they cannot share a transaction with data).
+            self._retrying(lambda statement=statement: self._run_auto_commit(statement))
+
+    def _entity_label(self, entity_type: str) -> str | None:
+        return entity_type if entity_type in self._entity_labels else None
+
+    def _relationship_type(self, relationship_type: str) -> str:
+        return relationship_type if relationship_type in self._relationship_types else self._fallback_type
+
+    def _union_over_types(self, body: Callable[[str], str]) -> str:
+        """One ``UNION ALL`` branch per relationship type the store may have written (index-backed lookups)."""
+        return "\nUNION ALL\n".join(body(checked_identifier(rtype)) for rtype in self._relationship_types)
+
+    @staticmethod
+    def _missing_entities(tx: ManagedTransaction, entity_ids: Iterable[str]) -> list[str]:
+        return tx.run(
+            f"UNWIND $ids AS id OPTIONAL MATCH (e:{ENTITY_LABEL} {{entity_id: id}}) WITH id, e WHERE e IS NULL "
+            "RETURN id",
+            ids=_unique(entity_ids),
+        ).value()
+
+    def _require_entities(self, entity_ids: Sequence[str], what: str) -> None:
+        missing: list[str] = []
+        for batch in self._batches(_unique(entity_ids)):
+            missing += self._read(lambda tx, batch=batch: self._missing_entities(tx, batch))
+        if missing:
+            raise ValueError(f"{what} name {len(missing)} unknown entities (upsert them first): {missing[:5]}")
+
+    # -- writes ---------------------------------------------------------------------------------------------------
+
+    def upsert_entities(self, entities: Sequence[Entity]) -> None:
+        rows = [_entity_row(entity) for entity in entities]
+        for batch in self._batches(list({row["entity_id"]: row for row in rows}.values())):
+            relabel = self._write(lambda tx, batch=batch: self._upsert_entity_batch(tx, batch))
+            # A type change moves the entity to another label. Done after the batch, one auto-commit statement per
+            # (old, new) label pair: ArcadeDB re-creates a relabelled vertex and cannot do so inside an explicit
+            # transaction. Setting labels is idempotent, so a retry or a crash in between converges on the next
+            # upsert (the ``type`` property, which reads use, is already correct).
+            for (old_label, new_label), ids in relabel.items():
+                statement = f"MATCH (e:{ENTITY_LABEL}) WHERE e.entity_id IN $ids"
+                if old_label is not None:
+                    statement += f" REMOVE e:{checked_identifier(old_label)}"
+                if new_label is not None:
+                    statement += f" SET e:{checked_identifier(new_label)}"
+                self._retrying(lambda statement=statement, ids=ids: self._run_auto_commit(statement, ids=ids))
+
+    def _upsert_entity_batch(
+        self, tx: ManagedTransaction, rows: Sequence[dict[str, Any]]
+    ) -> dict[tuple[str | None, str | None], list[str]]:
+        previous = {
+            record["id"]: self._entity_label(record["type"] or "")
+            for record in tx.run(
+                f"UNWIND $ids AS id MATCH (e:{ENTITY_LABEL} {{entity_id: id}}) "
+                "RETURN e.entity_id AS id, e.type AS type",
+                ids=[row["entity_id"] for row in rows],
+            ).data()
+        }
+        relabel: dict[tuple[str | None, str | None], list[str]] = {}
+        created: dict[str | None, list[dict[str, Any]]] = {}
+        updated: list[dict[str, Any]] = []
+        for row in rows:
+            label = self._entity_label(row["props"]["type"])
+            if row["entity_id"] not in previous:
+                created.setdefault(label, []).append(row)
+                continue
+            updated.append(row)
+            if previous[row["entity_id"]] != label:
+                relabel.setdefault((previous[row["entity_id"]], label), []).append(row["entity_id"])
+        if updated:
+            tx.run(
+                f"UNWIND $rows AS row MATCH (e:{ENTITY_LABEL} {{entity_id: row.entity_id}}) SET e += row.props",
+                rows=updated,
+            ).consume()
+        for label, group in created.items():
+            labels = ENTITY_LABEL + (f":{checked_identifier(label)}" if label is not None else "")
+            tx.run(
+                f"UNWIND $rows AS row MERGE (e:{labels} {{entity_id: row.entity_id}}) SET e += row.props", rows=group
+            ).consume()
+        return relabel
+
+    def _run_auto_commit(self, statement: str, **parameters: Any) -> None:
+        with self._driver.session(database=self.database) as session:
+            session.run(statement, parameters).consume()
+
+    def upsert_relationships(self, relationships: Sequence[Relationship]) -> None:
+        """Insert or replace relationships; both endpoints must already be stored (``ValueError`` otherwise)."""
+        rows = list({row["relationship_id"]: row for row in map(_relationship_row, relationships)}.values())
+        if not rows:
+            return
+        self._require_entities([row["source_id"] for row in rows] + [row["target_id"] for row in rows], "relationships")
+        for batch in self._batches(rows):
+            self._write(lambda tx, batch=batch: self._upsert_relationship_batch(tx, batch))
+
+    def _upsert_relationship_batch(self, tx: ManagedTransaction, rows: Sequence[dict[str, Any]]) -> None:
+        missing = self._missing_entities(tx, [row["source_id"] for row in rows] + [row["target_id"] for row in rows])
+        if missing:  # deleted since the check: nothing of this batch is written
+            raise ValueError(f"relationships name {len(missing)} unknown entities (upsert them first): {missing[:5]}")
+        # The same id stored with other endpoints or under another type is removed before the MERGE.
+        wanted = {
+            row["relationship_id"]: (self._relationship_type(row["props"]["type"]), row["source_id"], row["target_id"])
+            for row in rows
+        }
+        existing = tx.run(
+            self._union_over_types(
+                lambda quoted: f"MATCH (s:{ENTITY_LABEL})-[r:{quoted}]->(t:{ENTITY_LABEL}) "
+                "WHERE r.relationship_id IN $ids RETURN r.relationship_id AS id, type(r) AS neo_type, "
+                "s.entity_id AS source_id, t.entity_id AS target_id"
+            ),
+            ids=list(wanted),
+        ).data()
+        stale: dict[str, list[str]] = {}
+        for record in existing:
+            if wanted[record["id"]] != (record["neo_type"], record["source_id"], record["target_id"]):
+                stale.setdefault(record["neo_type"], []).append(record["id"])
+        for neo_type, ids in stale.items():
+            tx.run(
+                f"MATCH ()-[r:{checked_identifier(neo_type)}]->() WHERE r.relationship_id IN $ids DELETE r", ids=ids
+            ).consume()
+        by_type: dict[str, list[dict[str, Any]]] = {}
+        for row in rows:
+            by_type.setdefault(wanted[row["relationship_id"]][0], []).append(row)
+        for neo_type, group in by_type.items():
+            tx.run(
+                f"UNWIND $rows AS row "
+                f"MATCH (s:{ENTITY_LABEL} {{entity_id: row.source_id}}) "
+                f"MATCH (t:{ENTITY_LABEL} {{entity_id: row.target_id}}) "
+                f"MERGE (s)-[r:{checked_identifier(neo_type)} {{relationship_id: row.relationship_id}}]->(t) "
+                "SET r += row.props",
+                rows=group,
+            ).consume()
+
+    def set_chunk_mentions(self, mentions: dict[str, Sequence[str]]) -> None:
+        """Replace the entities mentioned by each given chunk (an empty sequence clears the chunk)."""
+        if not mentions:
+            return
+        self._require_entities([entity_id for ids in mentions.values() for entity_id in ids], "chunk mentions")
+        items = list(mentions.items())
+        chunk_batch = max(1, self.batch_size // 10)  # a chunk brings several mentions
+        for offset in range(0, len(items), chunk_batch):
+            batch = items[offset : offset + chunk_batch]
+            self._write(lambda tx, batch=batch: self._set_mentions_batch(tx, batch))
+
+    def _set_mentions_batch(self, tx: ManagedTransaction, items: Sequence[tuple[str, Sequence[str]]]) -> None:
+        pairs = [
+            {"chunk_id": chunk_id, "entity_id": entity_id}
+            for chunk_id, entity_ids in items
+            for entity_id in _unique(entity_ids)
+        ]
+        missing = self._missing_entities(tx, [pair["entity_id"] for pair in pairs])
+        if missing:
+            raise ValueError(f"chunk mentions name {len(missing)} unknown entities (upsert them first): {missing[:5]}")
+        chunk_ids = [chunk_id for chunk_id, _ in items]
+        tx.run(
+            f"UNWIND $ids AS id MATCH (c:{CHUNK_LABEL} {{chunk_id: id}})-[m:{MENTIONS}]->() DELETE m", ids=chunk_ids
+        ).consume()
+        tx.run(
+            f"UNWIND $pairs AS p MERGE (c:{CHUNK_LABEL} {{chunk_id: p.chunk_id}}) WITH c, p "
+            f"MATCH (e:{ENTITY_LABEL} {{entity_id: p.entity_id}}) MERGE (c)-[:{MENTIONS}]->(e)",
+            pairs=pairs,
+        ).consume()
+        self._drop_orphan_chunks(tx, chunk_ids)
+
+    @staticmethod
+    def _drop_orphan_chunks(tx: ManagedTransaction, chunk_ids: Sequence[str]) -> None:
+        tx.run(
+            f"UNWIND $ids AS id MATCH (c:{CHUNK_LABEL} {{chunk_id: id}}) "
+            f"WHERE NOT EXISTS {{ (c)-[:{MENTIONS}]->() }} DELETE c",
+            ids=_unique(chunk_ids),
+        ).consume()
+
+    def delete_entities(self, entity_ids: Sequence[str]) -> None:
+        """Delete entities together with every relationship touching them and every mention of them."""
+        for batch in self._batches(_unique(entity_ids)):
+            self._write(lambda tx, batch=batch: self._delete_entity_batch(tx, batch))
+
+    def _delete_entity_batch(self, tx: ManagedTransaction, entity_ids: Sequence[str]) -> int:
+        chunk_ids = tx.run(
+            f"UNWIND $ids AS id MATCH (c:{CHUNK_LABEL})-[:{MENTIONS}]->(:{ENTITY_LABEL} {{entity_id: id}}) "
+            "RETURN DISTINCT c.chunk_id",
+            ids=list(entity_ids),
+        ).value()
+        deleted = tx.run(
+            f"UNWIND $ids AS id MATCH (e:{ENTITY_LABEL} {{entity_id: id}}) DETACH DELETE e RETURN count(*) AS n",
+            ids=list(entity_ids),
+        ).single()
+        self._drop_orphan_chunks(tx, chunk_ids)
+        return int(deleted["n"]) if deleted else 0
+
+    def delete_relationships(self, relationship_ids: Sequence[str]) -> None:
+        def work(tx: ManagedTransaction, ids: list[str]) -> None:
+            for rtype in self._relationship_types:  # one index-backed statement per type the store may have written
+                quoted = checked_identifier(rtype)
+                tx.run(f"MATCH ()-[r:{quoted}]->() WHERE r.relationship_id IN $ids DELETE r", ids=ids).consume()
+
+        for batch in self._batches(_unique(relationship_ids)):
+            self._write(lambda tx, batch=batch: work(tx, list(batch)))
+
+    def delete_chunks(self, chunk_ids: Sequence[str]) -> None:
+        """Forget the chunks' mentions (entities keep their ``chunk_ids`` provenance until re-merged)."""
+        for batch in self._batches(_unique(chunk_ids)):
+            self._write(
+                lambda tx, batch=batch: tx.run(
+                    f"UNWIND $ids AS id MATCH (c:{CHUNK_LABEL} {{chunk_id: id}}) DETACH DELETE c", ids=list(batch)
+                ).consume()
+            )
+
+    def delete_by_document(self, doc_id: str) -> dict[str, int]:
+        """Remove ``doc_id`` from the provenance of every entity and relationship; delete those left with no
+        document (an entity's relationships and mentions go with it). Returns the counts of what changed."""
+
+        def work(tx: ManagedTransaction) -> dict[str, int]:
+            relationships = tx.run(
+                f"MATCH (:{ENTITY_LABEL})-[r]->(:{ENTITY_LABEL}) WHERE $doc IN r.doc_ids "
+                "SET r.doc_ids = [d IN r.doc_ids WHERE d <> $doc] "
+                "WITH r, size(r.doc_ids) = 0 AS orphan "
+                "RETURN r.relationship_id AS id, orphan",
+                doc=doc_id,
+            ).data()
+            orphan_relationships = [record["id"] for record in relationships if record["orphan"]]
+            if orphan_relationships:
+                tx.run(
+                    f"MATCH (:{ENTITY_LABEL})-[r]->(:{ENTITY_LABEL}) "
+                    "WHERE r.relationship_id IN $ids AND size(r.doc_ids) = 0 DELETE r",
+                    ids=orphan_relationships,
+                ).consume()
+            entities = tx.run(
+                f"MATCH (e:{ENTITY_LABEL}) WHERE $doc IN e.doc_ids "
+                "SET e.doc_ids = [d IN e.doc_ids WHERE d <> $doc] "
+                "RETURN e.entity_id AS id, size(e.doc_ids) = 0 AS orphan",
+                doc=doc_id,
+            ).data()
+            orphan_entities = [record["id"] for record in entities if record["orphan"]]
+            deleted_entities = self._delete_entity_batch(tx, orphan_entities) if orphan_entities else 0
+            return {
+                "entities_updated": len(entities) - len(orphan_entities),
+                "entities_deleted": deleted_entities,
+                "relationships_updated": len(relationships) - len(orphan_relationships),
+                "relationships_deleted": len(orphan_relationships),
+            }
+
+        return self._write(work)
+
+    # -- point reads ----------------------------------------------------------------------------------------------
+
+    def get_entities(self, entity_ids: Iterable[str]) -> dict[str, Entity]:
+        """The stored entities among ``entity_ids``; unknown ids are absent from the result."""
+        found: dict[str, Entity] = {}
+        for batch in self._batches(_unique(entity_ids)):
+            for record in self._query(
+                f"UNWIND $ids AS id MATCH (e:{ENTITY_LABEL} {{entity_id: id}}) RETURN {_ENTITY_RETURN}", ids=list(batch)
+            ):
+                found[record["entity_id"]] = _entity_from_record(record)
+        return found
+
+    def get_relationships(self, relationship_ids: Iterable[str]) -> dict[str, Relationship]:
+        """The stored relationships among ``relationship_ids``; unknown ids are absent from the result."""
+        found: dict[str, Relationship] = {}
+        for batch in self._batches(_unique(relationship_ids)):
+            query = self._union_over_types(
+                lambda quoted: f"MATCH (s:{ENTITY_LABEL})-[r:{quoted}]->(t:{ENTITY_LABEL}) "
+                f"WHERE r.relationship_id IN $ids RETURN {_RELATIONSHIP_RETURN}"
+            )
+            for record in self._query(query, ids=list(batch)):
+                found[record["relationship_id"]] = _relationship_from_record(record)
+        return found
+
+    def _grouped(self, cypher: str, keys: Iterable[str]) -> dict[str, list[str]]:
+        pairs: list[tuple[str, str]] = []
+        for batch in self._batches(_unique(keys)):
+            pairs += [(record["key"], record["value"]) for record in self._query(cypher, ids=list(batch))]
+        grouped: dict[str, list[str]] = {}
+        for key, value in sorted(set(pairs)):
+            grouped.setdefault(key, []).append(value)
+        return grouped
+
+    def entities_of_chunks(self, chunk_ids: Iterable[str]) -> dict[str, list[str]]:
+        """Chunk id → entity ids it mentions (sorted); chunks without mentions are absent."""
+        return self._grouped(
+            f"UNWIND $ids AS id MATCH (c:{CHUNK_LABEL} {{chunk_id: id}})-[:{MENTIONS}]->(e:{ENTITY_LABEL}) "
+            "RETURN c.chunk_id AS key, e.entity_id AS value",
+            chunk_ids,
+        )
+
+    def chunks_of_entities(self, entity_ids: Iterable[str]) -> dict[str, list[str]]:
+        """Entity id → chunk ids mentioning it (sorted); entities without mentions are absent."""
+        return self._grouped(
+            f"UNWIND $ids AS id MATCH (c:{CHUNK_LABEL})-[:{MENTIONS}]->(e:{ENTITY_LABEL} {{entity_id: id}}) "
+            "RETURN e.entity_id AS key, c.chunk_id AS value",
+            entity_ids,
+        )
+
+    def relationships_between(self, entity_ids: Iterable[str], limit: int = 50) -> list[Relationship]:
+        """Relationships with both ends in ``entity_ids``, heaviest first (ties by relationship id)."""
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0, got {limit}")
+        ids = _unique(entity_ids)
+        if limit == 0 or not ids:
+            return []
+        records = self._query(
+            f"MATCH (s:{ENTITY_LABEL})-[r]->(t:{ENTITY_LABEL}) WHERE s.entity_id IN $ids AND t.entity_id IN $ids "
+            f"RETURN {_RELATIONSHIP_RETURN} ORDER BY r.weight DESC, r.relationship_id LIMIT $limit",
+            ids=ids,
+            limit=limit,
+        )
+        relationships = [_relationship_from_record(record) for record in records]
+        return sorted(relationships, key=lambda r: (-r.weight, r.relationship_id))
+
+    # -- listings -------------------------------------------------------------------------------------------------
+
+    def stats(self) -> GraphStats:
+        def work(tx: ManagedTransaction) -> GraphStats:
+            entity_types = {
+                record["type"]: record["n"]
+                for record in tx.run(f"MATCH (e:{ENTITY_LABEL}) RETURN e.type AS type, count(*) AS n").data()
+            }
+            relationship_types = {
+                record["type"]: record["n"]
+                for record in tx.run(
+                    f"MATCH (:{ENTITY_LABEL})-[r]->(:{ENTITY_LABEL}) RETURN r.type AS type, count(*) AS n"
+                ).data()
+            }
+            chunk_count = tx.run(
+                f"MATCH (c:{CHUNK_LABEL}) WHERE EXISTS {{ (c)-[:{MENTIONS}]->(:{ENTITY_LABEL}) }} RETURN count(c) AS n"
+            ).single()["n"]
+            return GraphStats(
+                entity_count=sum(entity_types.values()),
+                relationship_count=sum(relationship_types.values()),
+                chunk_count=int(chunk_count),
+                entity_types=dict(sorted(entity_types.items())),
+                relationship_types=dict(sorted(relationship_types.items())),
+            )
+
+        return self._read(work)
+
+    @staticmethod
+    def _check_page(offset: int, limit: int) -> None:
+        if offset < 0 or limit < 0:
+            raise ValueError(f"offset and limit must be >= 0, got offset={offset}, limit={limit}")
+
+    def list_entities(self, offset: int = 0, limit: int = 50, order_by: str = "mention_count") -> list[Entity]:
+        """A page of entities: by mention_count desc then name, or by name (ties by entity id)."""
+        self._check_page(offset, limit)
+        order = _ORDER_ENTITIES.get(order_by)
+        if order is None:
+            raise ValueError(f"order_by must be one of {sorted(_ORDER_ENTITIES)}, got {order_by!r}")
+        if limit == 0:
+            return []
+        records = self._query(
+            f"MATCH (e:{ENTITY_LABEL}) RETURN {_ENTITY_RETURN} ORDER BY {order} SKIP $offset LIMIT $limit",
+            offset=offset,
+            limit=limit,
+        )
+        return [_entity_from_record(record) for record in records]
+
+    def list_relationships(self, offset: int = 0, limit: int = 50) -> list[Relationship]:
+        """A page of relationships by weight desc, ties by relationship id."""
+        self._check_page(offset, limit)
+        if limit == 0:
+            return []
+        records = self._query(
+            f"MATCH (s:{ENTITY_LABEL})-[r]->(t:{ENTITY_LABEL}) RETURN {_RELATIONSHIP_RETURN} "
+            "ORDER BY r.weight DESC, r.relationship_id SKIP $offset LIMIT $limit",
+            offset=offset,
+            limit=limit,
+        )
+        return [_relationship_from_record(record) for record in records]
+
+    def all_entity_ids(self) -> set[str]:
+        return set(self._read(lambda tx: tx.run(f"MATCH (e:{ENTITY_LABEL}) RETURN e.entity_id").value()))
+
+    def all_relationship_ids(self) -> set[str]:
+        return set(
+            self._read(
+                lambda tx: tx.run(f"MATCH (:{ENTITY_LABEL})-[r]->(:{ENTITY_LABEL}) RETURN r.relationship_id").value()
+            )
+        )
+
+    def weighted_edges(self) -> list[tuple[str, str, float]]:
+        """Undirected (a, b, total weight) with a < b: parallel relationships summed, self-loops left out."""
+        records = self._query(
+            f"MATCH (s:{ENTITY_LABEL})-[r]->(t:{ENTITY_LABEL}) WHERE s <> t "
+            "RETURN s.entity_id AS source, t.entity_id AS target, r.weight AS weight"
+        )
+        totals: dict[tuple[str, str], float] = {}
+        for record in records:
+            a, b = sorted((record["source"], record["target"]))
+            totals[(a, b)] = totals.get((a, b), 0.0) + float(record["weight"])
+        return [(a, b, weight) for (a, b), weight in sorted(totals.items())]
+
+    # -- traversal ------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _neighbourhoods(
+        tx: ManagedTransaction, entity_ids: Sequence[str], types: list[str] | None, limit: int | None
+    ) -> dict[str, _Neighbourhood]:
+        records = tx.run(_NEIGHBOURHOODS, ids=list(entity_ids), types=types, limit=limit).data()
+        if not records:
+            return {}
+        damping = (1.0 / hub_damping(np.array([record["degree"] for record in records], dtype=np.int64))).tolist()
+        hoods = {}
+        for record, damping_factor in zip(records, damping):
+            edges = sorted(
+                ((edge[0], edge[1], float(edge[3])) for edge in record["edges"]), key=lambda e: (-e[2], e[0], e[1])
+            )
+            hoods[record["entity_id"]] = _Neighbourhood(
+                damping_factor=damping_factor,
+                heaviest=float(record["heaviest"]),
+                edges=edges,
+                complete=len(edges) >= int(record["total"]),
+            )
+        return hoods
+
+    def traverse(
+        self,
+        seeds: dict[str, float],
+        max_hops: int,
+        decay: float = 0.5,
+        fanout: int = 50,
+        relationship_types: Sequence[str] | None = None,
+    ) -> list[TraversalHit]:
+        """Spread activation from ``seeds``: the same contract and scoring as ``EmbeddedGraphStore.traverse``.
+
+        Each hop is one Cypher query for the whole frontier that returns, per frontier entity, its degree, its
+        heaviest weight and only its heaviest ``2·fanout + max_hops + 1`` allowed relationships; an entity whose
+        expansion runs out of fetched relationships before reaching ``fanout`` neighbours (parallel relationships,
+        neighbours already on the path) is fetched again in full. The whole walk is one read transaction.
+        """
+        if max_hops < 0:
+            raise ValueError(f"max_hops must be >= 0, got {max_hops}")
+        if not 0 < decay <= 1:
+            raise ValueError(f"decay must be in (0, 1], got {decay}")
+        if fanout < 1:
+            raise ValueError(f"fanout must be >= 1, got {fanout}")
+        for seed, activation in seeds.items():
+            if not (math.isfinite(activation) and activation >= 0):
+                raise ValueError(f"seed {seed} has activation {activation!r}; activations must be finite and >= 0")
+        types = None if relationship_types is None else sorted(set(relationship_types))
+        limit = 2 * fanout + max_hops + 1
+
+        def work(tx: ManagedTransaction) -> list[TraversalHit]:
+            present = set(
+                tx.run(
+                    f"UNWIND $ids AS id MATCH (e:{ENTITY_LABEL} {{entity_id: id}}) RETURN e.entity_id",
+                    ids=list(seeds),
+                ).value()
+            )
+            best: dict[str, tuple[float, int, tuple[str, ...], tuple[str, ...]]] = {
+                seed: (float(activation), 0, (seed,), ()) for seed, activation in seeds.items() if seed in present
+            }
+            frontier = sorted(best.items(), key=lambda item: (-item[1][0], item[0]))
+            for hop in range(1, max_hops + 1):
+                active = [node for node, (score, *_rest) in frontier if score > 0]
+                if not active:
+                    break
+                hoods = self._neighbourhoods(tx, active, types, limit)
+                improved: set[str] = set()
+                for node, (score, _, path, via) in frontier:
+                    if score <= 0 or node not in hoods:
+                        continue
+                    hood = hoods[node]
+                    spread = score * decay * hood.damping_factor
+                    while True:
+                        taken: set[str] = set()
+                        for neighbour, relationship, weight in hood.edges:
+                            if len(taken) >= fanout:
+                                break
+                            if neighbour in taken or neighbour in path:
+                                continue
+                            taken.add(neighbour)
+                            candidate = spread * (weight / hood.heaviest)  # edge_strength, as embedded
+                            current = best.get(neighbour)
+                            if current is None or candidate > current[0]:
+                                best[neighbour] = (candidate, hop, path + (neighbour,), via + (relationship,))
+                                improved.add(neighbour)
+                        if len(taken) >= fanout or hood.complete:
+                            break
+                        # Ran out of fetched relationships: fetch this entity's whole neighbourhood and redo it
+                        # (re-scoring the same candidates changes nothing, so the result is exact).
+                        hood = self._neighbourhoods(tx, [node], types, None)[node]
+                frontier = sorted(((node, best[node]) for node in improved), key=lambda item: (-item[1][0], item[0]))
+            ranked = sorted(best.items(), key=lambda item: (-item[1][0], item[1][1], item[0]))
+            return [TraversalHit(node, hops, score, path, via) for node, (score, hops, path, via) in ranked]
+
+        return self._read(work)
+
+    def close(self) -> None:
+        self._driver.close()

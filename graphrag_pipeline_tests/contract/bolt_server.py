@@ -1,0 +1,190 @@
+"""Neo4j-protocol servers for the graph contract suite.
+
+* ArcadeDB (PyPI ``arcadedb-embedded``) with its Bolt plugin: started once per test process, on free ports, in a
+  temporary root directory; each store gets a fresh database. The server runs inside the process's JVM, which can
+  start only once, hence a process-wide instance (``arcadedb_bolt_server()``), stopped by the session fixture in
+  ``conftest.py``. If it cannot start, every test that needs it fails with the startup error (never skips).
+* A real Neo4j when ``NEO4J_URI`` is set (with ``NEO4J_USER``, ``NEO4J_PASSWORD``, optional ``NEO4J_DATABASE``):
+  the suite deletes every ``:Entity`` and ``:Chunk`` node of that database before each test, so point it at a
+  disposable database.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphrag_pipeline.lib.stores.neo4j_graph import Neo4jGraphStore
+
+BOLT_PLUGIN = "Bolt:com.arcadedb.bolt.BoltProtocolPlugin"
+ROOT_USER = "root"
+ROOT_PASSWORD = "contract-suite-password"  # a throwaway server on localhost, alive for one test session
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class ArcadeBoltServer:
+    """A running ArcadeDB server with the Bolt plugin, on localhost."""
+
+    root: str
+    http_port: int
+    bolt_port: int
+    server: Any
+    user: str = ROOT_USER
+    password: str = ROOT_PASSWORD
+    _names: itertools.count = field(default_factory=itertools.count)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def uri(self) -> str:
+        return f"bolt://127.0.0.1:{self.bolt_port}"
+
+    def create_database(self, prefix: str = "graph") -> str:
+        """A new, empty database; its name."""
+        with self._lock:
+            name = f"{prefix}{next(self._names)}"
+            self.server.create_database(name)
+        return name
+
+    def drop_database(self, name: str) -> None:
+        """Drop a database through the server's HTTP API (databases taken from the embedded server cannot be
+        dropped in-process)."""
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.http_port}/api/v1/server",
+            data=json.dumps({"command": f"drop database {name}"}).encode(),
+            headers={
+                "Content-Type": "application/json",
+                "Authorization": "Basic " + base64.b64encode(f"{self.user}:{self.password}".encode()).decode(),
+            },
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            response.read()
+
+    def stop(self) -> None:
+        try:
+            self.server.stop()
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+_server: ArcadeBoltServer | None = None
+_startup_error: BaseException | None = None
+_server_lock = threading.Lock()
+
+
+def _start() -> ArcadeBoltServer:
+    from arcadedb_embedded.server import ArcadeDBServer
+
+    root = tempfile.mkdtemp(prefix="arcadedb-bolt-")
+    http_port, bolt_port = free_port(), free_port()
+    while bolt_port == http_port:
+        bolt_port = free_port()
+    server = ArcadeDBServer(
+        root_path=root,
+        root_password=ROOT_PASSWORD,
+        config={"http_port": http_port, "bolt_port": bolt_port, "server_plugins": BOLT_PLUGIN},
+    )
+    try:
+        server.start()
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return ArcadeBoltServer(root=root, http_port=http_port, bolt_port=bolt_port, server=server)
+
+
+def arcadedb_bolt_server() -> ArcadeBoltServer:
+    """The process-wide ArcadeDB Bolt server, started on first use (a failed start is re-raised on every call)."""
+    global _server, _startup_error
+    with _server_lock:
+        if _server is None:
+            if _startup_error is not None:
+                raise RuntimeError("the ArcadeDB Bolt server failed to start earlier") from _startup_error
+            try:
+                _server = _start()
+            except BaseException as error:
+                _startup_error = error
+                raise
+        return _server
+
+
+def stop_arcadedb_bolt_server() -> None:
+    global _server
+    with _server_lock:
+        if _server is not None:
+            server, _server = _server, None
+            server.stop()
+
+
+class _DisposableGraphStore(Neo4jGraphStore):
+    """A store on its own ArcadeDB database, dropped when the store is closed."""
+
+    bolt_server: ArcadeBoltServer
+
+    def close(self) -> None:
+        super().close()
+        try:
+            self.bolt_server.drop_database(self.database or "")
+        except OSError:
+            pass  # the database lives in the server's temporary root, removed when the server stops
+
+
+def arcadedb_graph_store(**options: Any) -> Neo4jGraphStore:
+    """A ``Neo4jGraphStore`` on a fresh database of the shared ArcadeDB Bolt server."""
+    server = arcadedb_bolt_server()
+    store = _DisposableGraphStore(server.uri, server.user, server.password, server.create_database(), **options)
+    store.bolt_server = server
+    return store
+
+
+def real_neo4j_settings() -> dict[str, Any] | None:
+    """Connection settings of a real Neo4j from ``NEO4J_URI``/``NEO4J_USER``/``NEO4J_PASSWORD``/``NEO4J_DATABASE``,
+    or None when ``NEO4J_URI`` is not set."""
+    uri = os.environ.get("NEO4J_URI")
+    if not uri:
+        return None
+    return {
+        "uri": uri,
+        "user": os.environ.get("NEO4J_USER", "neo4j"),
+        "password": os.environ.get("NEO4J_PASSWORD", ""),
+        "database": os.environ.get("NEO4J_DATABASE") or None,
+    }
+
+
+def real_neo4j_graph_store(**options: Any) -> Neo4jGraphStore:
+    """A ``Neo4jGraphStore`` on the real Neo4j named by the environment, emptied of this store's nodes first.
+    Skips the calling test when ``NEO4J_URI`` is not set."""
+    settings = real_neo4j_settings()
+    if settings is None:
+        import pytest
+
+        pytest.skip("NEO4J_URI is not set: the real-Neo4j variant runs only against a configured server")
+    store = Neo4jGraphStore(settings["uri"], settings["user"], settings["password"], settings["database"], **options)
+    clear_graph(store)
+    return store
+
+
+def clear_graph(store: Neo4jGraphStore) -> None:
+    """Delete every node this store writes (``:Entity`` and ``:Chunk``), with their relationships."""
+    while True:
+        deleted = store._write(  # noqa: SLF001 - test helper on the store's own transaction plumbing
+            lambda tx: tx.run(
+                "MATCH (n) WHERE n:Entity OR n:Chunk WITH n LIMIT 10000 DETACH DELETE n RETURN count(*) AS n"
+            ).single()["n"]
+        )
+        if not deleted:
+            return

@@ -1,0 +1,300 @@
+"""What the Neo4j-protocol store does beyond the GraphStore contract: labels and relationship types from the
+ontology only, batched idempotent writes, delete-by-document, and traversals identical to the embedded store's.
+
+Runs against the session's ArcadeDB Bolt server, and against a real Neo4j when ``NEO4J_URI`` is set.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from graphrag_pipeline.lib.config import Ontology
+from graphrag_pipeline.lib.models import Entity, Relationship
+from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
+from graphrag_pipeline.lib.stores.neo4j_graph import Neo4jGraphStore, checked_identifier
+from graphrag_pipeline_tests.contract import bolt_server
+from graphrag_pipeline_tests.contract.test_graph_store_contract import entity, rel
+
+ONTOLOGY = Ontology.model_validate(
+    {
+        "entity_types": [{"name": "PERSON"}, {"name": "Service"}, {"name": "CONCEPT"}],
+        "relationship_types": [{"name": "DEPENDS_ON"}, {"name": "RELATED_TO"}],
+        "default_entity_type": "CONCEPT",
+        "fallback_relationship_type": "RELATED_TO",
+    }
+)
+
+BACKENDS = {
+    "arcadedb": bolt_server.arcadedb_graph_store,
+    "real": bolt_server.real_neo4j_graph_store,
+}
+
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("arcadedb", marks=pytest.mark.slow),
+        pytest.param("real"),
+    ]
+)
+def backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def open_store(backend: str) -> Iterator[Any]:
+    opened: list[Neo4jGraphStore] = []
+
+    def factory(**options: Any) -> Neo4jGraphStore:
+        store = BACKENDS[backend](**options)
+        opened.append(store)
+        return store
+
+    yield factory
+    for store in opened:
+        store.close()
+
+
+def cypher(store: Neo4jGraphStore, query: str, **parameters: Any) -> list[dict[str, Any]]:
+    return store._query(query, **parameters)  # noqa: SLF001 - inspecting what the store wrote
+
+
+def raw_counts(store: Neo4jGraphStore) -> tuple[int, int]:
+    nodes = cypher(store, "MATCH (n) WHERE n:Entity OR n:Chunk RETURN count(n) AS n")[0]["n"]
+    edges = cypher(store, "MATCH (n)-[r]->() WHERE n:Entity OR n:Chunk RETURN count(r) AS n")[0]["n"]
+    return nodes, edges
+
+
+def entity_labels(store: Neo4jGraphStore) -> dict[str, list[str]]:
+    records = cypher(store, "MATCH (e:Entity) RETURN e.entity_id AS id, labels(e) AS labels")
+    return {record["id"]: sorted(record["labels"]) for record in records}
+
+
+def test_labels_and_types_come_only_from_the_ontology(open_store) -> None:
+    store = open_store(ontology=ONTOLOGY)
+    hostile = "PERSON`) DETACH DELETE n //"
+    store.upsert_entities(
+        [entity("ada", type_="PERSON"), entity("api", type_="Service"), entity("odd", type_=hostile),
+         entity("org", type_="ORGANIZATION")]
+    )
+    store.upsert_relationships(
+        [rel("api", "ada", type_="DEPENDS_ON"), rel("ada", "org", type_="KNOWS"), rel("odd", "api", type_=hostile)]
+    )
+
+    labels = entity_labels(store)
+    assert labels == {"ada": ["Entity", "PERSON"], "api": ["Entity", "Service"], "odd": ["Entity"], "org": ["Entity"]}
+    types = {
+        r["id"]: r["neo_type"]
+        for r in cypher(store, "MATCH (:Entity)-[r]->(:Entity) RETURN r.relationship_id AS id, type(r) AS neo_type")
+    }
+    assert types == {
+        "api-DEPENDS_ON-ada": "DEPENDS_ON",
+        "ada-KNOWS-org": "RELATED_TO",  # not in the ontology: the fallback type, the own type kept as a property
+        f"odd-{hostile}-api": "RELATED_TO",
+    }
+    # Reads give back the stored types unchanged.
+    assert store.get_entities(["odd"])["odd"].type == hostile
+    assert store.get_relationships(["ada-KNOWS-org"])["ada-KNOWS-org"].type == "KNOWS"
+    assert store.stats().relationship_types == {"DEPENDS_ON": 1, "KNOWS": 1, hostile: 1}
+    assert {hit.entity_id for hit in store.traverse({"ada": 1.0}, 1, relationship_types=["KNOWS"])} == {"ada", "org"}
+    with pytest.raises(ValueError):
+        checked_identifier(hostile)
+
+
+def test_type_change_moves_the_label(open_store) -> None:
+    store = open_store(ontology=ONTOLOGY)
+    store.upsert_entities([entity("a", type_="PERSON"), entity("b", type_="Service")])
+    store.upsert_relationships([rel("a", "b")])
+    store.set_chunk_mentions({"c1": ["a"]})
+
+    store.upsert_entities([entity("a", type_="Service"), entity("b", type_="UNKNOWN")])
+
+    labels = entity_labels(store)
+    assert labels == {"a": ["Entity", "Service"], "b": ["Entity"]}
+    assert store.get_entities(["a"])["a"] == entity("a", type_="Service")
+    assert store.all_relationship_ids() == {"a-RELATED_TO-b"} and store.entities_of_chunks(["c1"]) == {"c1": ["a"]}
+
+
+def test_schema_is_created_idempotently(open_store, backend: str) -> None:
+    store = open_store()
+    names = {r["name"] for r in cypher(store, "SHOW CONSTRAINTS")}
+    assert {"entity_id_unique", "chunk_id_unique"} <= names
+    again = Neo4jGraphStore(store.uri, *_credentials(store, backend), store.database)  # opening again is harmless
+    again.close()
+    assert {r["name"] for r in cypher(store, "SHOW CONSTRAINTS")} == names
+
+
+def _credentials(store: Neo4jGraphStore, backend: str) -> tuple[str, str]:
+    if backend == "arcadedb":
+        return bolt_server.ROOT_USER, bolt_server.ROOT_PASSWORD
+    settings = bolt_server.real_neo4j_settings()
+    assert settings is not None
+    return settings["user"], settings["password"]
+
+
+def test_writing_the_same_batches_twice_leaves_identical_counts(open_store) -> None:
+    store = open_store(batch_size=3)  # many small batches
+    entities = [entity(f"e{i:02d}", type_=("PERSON", "CONCEPT", "Service")[i % 3]) for i in range(20)]
+    relationships = [rel(f"e{i:02d}", f"e{(i * 7 + 3) % 20:02d}", weight=1.0 + i) for i in range(20)]
+    relationships += [rel("e00", "e01", type_="DEPENDS_ON"), rel("e05", "e05", 2.0)]
+    mentions = {f"c{i}": [f"e{j:02d}" for j in range(i, 20, 5)] for i in range(8)}
+
+    def write() -> tuple[Any, ...]:
+        store.upsert_entities(entities)
+        store.upsert_relationships(relationships)
+        store.set_chunk_mentions(mentions)
+        return store.stats(), raw_counts(store), store.all_relationship_ids(), store.weighted_edges()
+
+    first = write()
+    assert first[0].entity_count == 20
+    assert first[0].relationship_count == len({r.relationship_id for r in relationships})
+    assert first[0].chunk_count == 8
+    assert write() == first
+    assert store.get_entities([e.entity_id for e in entities]) == {e.entity_id: e for e in entities}
+
+
+def test_delete_by_document(open_store) -> None:
+    store = open_store()
+
+    def provenance(item: Any, doc_ids: tuple[str, ...]) -> Any:
+        return type(item)(**{**item.to_dict(), "doc_ids": doc_ids})
+
+    store.upsert_entities(
+        [provenance(entity("only1"), ("d1",)), provenance(entity("both"), ("d1", "d2")),
+         provenance(entity("only2"), ("d2",))]
+    )
+    store.upsert_relationships(
+        [provenance(rel("both", "only2"), ("d1",)), provenance(rel("only2", "both", type_="DEPENDS_ON"), ("d1", "d2")),
+         provenance(rel("only1", "both"), ("d2",))]
+    )
+    store.set_chunk_mentions({"c1": ["only1"], "c2": ["only1", "both"]})
+
+    counts = store.delete_by_document("d1")
+
+    assert counts == {"entities_updated": 1, "entities_deleted": 1, "relationships_updated": 1,
+                      "relationships_deleted": 1}
+    assert store.all_entity_ids() == {"both", "only2"}
+    # only1's relationship went with it although d2 still named it; the d1-only relationship is gone.
+    assert store.all_relationship_ids() == {"only2-DEPENDS_ON-both"}
+    assert store.get_relationships(["only2-DEPENDS_ON-both"])["only2-DEPENDS_ON-both"].doc_ids == ("d2",)
+    assert store.get_entities(["both"])["both"].doc_ids == ("d2",)
+    assert store.entities_of_chunks(["c1", "c2"]) == {"c2": ["both"]}
+    assert store.stats().chunk_count == 1
+    assert store.delete_by_document("d1") == dict.fromkeys(counts, 0)
+
+
+def random_graph(seed: int) -> tuple[list[Entity], list[Relationship]]:
+    """Hubs, parallel relationships of several types, self-loops and weight ties: every tie-break gets exercised."""
+    rng = random.Random(seed)
+    ids = [f"n{i:03d}" for i in range(60)]
+    relationships = []
+    for i in range(260):
+        source = ids[0] if i % 4 == 0 else rng.choice(ids)  # n000 is a hub
+        target = source if i % 37 == 0 else rng.choice(ids)
+        rtype = rng.choice(["RELATED_TO", "DEPENDS_ON", "OWNED_BY"])
+        relationships.append(
+            Relationship(
+                relationship_id=f"r{i:04d}",
+                source_id=source,
+                target_id=target,
+                type=rtype,
+                description="",
+                weight=float(rng.choice([1, 1, 2, 3.5, 0.25, rng.random() + 0.01])),
+                chunk_ids=(),
+                doc_ids=("d",),
+            )
+        )
+    return [entity(eid) for eid in ids], relationships
+
+
+def test_traversal_equals_the_embedded_store(open_store, tmp_path: Path) -> None:
+    entities, relationships = random_graph(11)
+    store = open_store(batch_size=50)
+    embedded = EmbeddedGraphStore(tmp_path / "graph.sqlite")
+    try:
+        for target in (store, embedded):
+            target.upsert_entities(entities)
+            target.upsert_relationships(relationships)
+        rng = random.Random(5)
+        cases = [({"n000": 1.0}, 2, 50, None), ({"n000": 1.0}, 3, 2, None), ({"n001": 1.0, "n000": 0.3}, 3, 4, None)]
+        for _ in range(12):
+            seeds = {eid: rng.choice([1.0, 0.5, 0.05]) for eid in rng.sample([e.entity_id for e in entities], 3)}
+            types = rng.choice([None, ["DEPENDS_ON"], ["OWNED_BY", "RELATED_TO"]])
+            cases.append((seeds, rng.choice([1, 2, 3]), rng.choice([1, 3, 10, 50]), types))
+        for seeds, hops, fanout, types in cases:
+            expected = embedded.traverse(seeds, hops, fanout=fanout, relationship_types=types)
+            assert len(expected) > 1
+            assert store.traverse(seeds, hops, fanout=fanout, relationship_types=types) == expected
+        edges, expected_edges = store.weighted_edges(), embedded.weighted_edges()
+        assert [edge[:2] for edge in edges] == [edge[:2] for edge in expected_edges]
+        assert [edge[2] for edge in edges] == pytest.approx([edge[2] for edge in expected_edges])
+        assert store.relationships_between([e.entity_id for e in entities[:30]], limit=500) == (
+            embedded.relationships_between([e.entity_id for e in entities[:30]], limit=500)
+        )
+        assert store.list_relationships(offset=5, limit=40) == embedded.list_relationships(offset=5, limit=40)
+    finally:
+        embedded.close()
+
+
+def copy_graph(source: Any, target: Neo4jGraphStore) -> None:
+    """Every entity, relationship and chunk mention of ``source`` written to ``target``."""
+    entity_ids = sorted(source.all_entity_ids())
+    target.upsert_entities(list(source.get_entities(entity_ids).values()))
+    target.upsert_relationships(list(source.get_relationships(sorted(source.all_relationship_ids())).values()))
+    mentions: dict[str, list[str]] = {}
+    for entity_id, chunk_ids in source.chunks_of_entities(entity_ids).items():
+        for chunk_id in chunk_ids:
+            mentions.setdefault(chunk_id, []).append(entity_id)
+    target.set_chunk_mentions(mentions)
+
+
+QUESTIONS = [
+    "Where was the founder of Acme Robotics born?",
+    "Who founded Zentrix Labs?",
+    "Where was Sofia Marquez born?",
+    "What does Boltworks make?",
+    "Which robotics companies and founders are described?",
+]
+
+
+@pytest.mark.slow
+def test_query_module_returns_the_same_results_on_both_backends(open_store, multihop_settings, monkeypatch) -> None:
+    """The sample multi-hop index answered with its embedded graph and with the same graph in the Bolt store."""
+    monkeypatch.setenv("GRAPH_BACKEND", "embedded")  # the reference engine reads the index's own graph
+    from graphrag_pipeline.lib.backends import open_graph_store
+    from graphrag_pipeline.query import open_index
+    from graphrag_pipeline.query.engine import QueryEngine
+
+    store = open_store(ontology=multihop_settings.ontology)
+    embedded = open_graph_store(multihop_settings, read_only=True)
+    assert isinstance(embedded, EmbeddedGraphStore)
+    try:
+        copy_graph(embedded, store)
+        assert store.stats() == embedded.stats()
+    finally:
+        embedded.close()
+
+    with open_index(settings=multihop_settings) as reference:
+        bolt = QueryEngine(
+            multihop_settings,
+            state=reference.state,
+            graph_store=store,
+            vector_store=reference.vectors,
+            embedder=reference.embedder,
+        )
+        compared = 0
+        for question in QUESTIONS:
+            for mode in ("hybrid", "graph"):
+                expected = reference.query(question, mode=mode, top_k=8)
+                actual = bolt.query(question, mode=mode, top_k=8)
+                assert [r.chunk_id for r in actual.results] == [r.chunk_id for r in expected.results]
+                assert [r.entity_path for r in actual.results] == [r.entity_path for r in expected.results]
+                assert [r.combined_score for r in actual.results] == [r.combined_score for r in expected.results]
+                compared += any(r.graph_score > 0 for r in expected.results)
+        assert compared > 0  # the graph really contributed to some answers
