@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from graphrag_pipeline.lib.models import Entity, Relationship
-from graphrag_pipeline.lib.stores.protocols import GraphStats, TraversalHit
+from graphrag_pipeline.lib.stores.protocols import GraphStats, TraversalHit, check_page
 
 SCHEMA_VERSION = 1
 
@@ -443,14 +443,9 @@ class EmbeddedGraphStore:
             relationship_types=relationship_types,
         )
 
-    @staticmethod
-    def _check_page(offset: int, limit: int) -> None:
-        if offset < 0 or limit < 0:
-            raise ValueError(f"offset and limit must be >= 0, got offset={offset}, limit={limit}")
-
     def list_entities(self, offset: int = 0, limit: int = 50, order_by: str = "mention_count") -> list[Entity]:
         """A page of entities: by mention_count desc then name, or by name (ties by entity id)."""
-        self._check_page(offset, limit)
+        check_page(offset, limit)
         order = _ORDER_ENTITIES.get(order_by)
         if order is None:
             raise ValueError(f"order_by must be one of {sorted(_ORDER_ENTITIES)}, got {order_by!r}")
@@ -459,7 +454,7 @@ class EmbeddedGraphStore:
 
     def list_relationships(self, offset: int = 0, limit: int = 50) -> list[Relationship]:
         """A page of relationships by weight desc, ties by relationship id."""
-        self._check_page(offset, limit)
+        check_page(offset, limit)
         sql = (
             f"SELECT {_RELATIONSHIP_COLUMNS} FROM relationships "
             "ORDER BY weight DESC, relationship_id LIMIT ? OFFSET ?"

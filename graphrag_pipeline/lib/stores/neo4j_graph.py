@@ -34,7 +34,7 @@ from neo4j.exceptions import ServiceUnavailable, SessionExpired
 from graphrag_pipeline.lib.config import IDENTIFIER, Ontology, default_config_data
 from graphrag_pipeline.lib.models import Entity, Relationship
 from graphrag_pipeline.lib.stores.embedded_graph import hub_damping
-from graphrag_pipeline.lib.stores.protocols import GraphStats, TraversalHit
+from graphrag_pipeline.lib.stores.protocols import GraphStats, TraversalHit, check_page
 
 T = TypeVar("T")
 
@@ -601,14 +601,9 @@ class Neo4jGraphStore:
 
         return self._read(work)
 
-    @staticmethod
-    def _check_page(offset: int, limit: int) -> None:
-        if offset < 0 or limit < 0:
-            raise ValueError(f"offset and limit must be >= 0, got offset={offset}, limit={limit}")
-
     def list_entities(self, offset: int = 0, limit: int = 50, order_by: str = "mention_count") -> list[Entity]:
         """A page of entities: by mention_count desc then name, or by name (ties by entity id)."""
-        self._check_page(offset, limit)
+        check_page(offset, limit)
         order = _ORDER_ENTITIES.get(order_by)
         if order is None:
             raise ValueError(f"order_by must be one of {sorted(_ORDER_ENTITIES)}, got {order_by!r}")
@@ -623,7 +618,7 @@ class Neo4jGraphStore:
 
     def list_relationships(self, offset: int = 0, limit: int = 50) -> list[Relationship]:
         """A page of relationships by weight desc, ties by relationship id."""
-        self._check_page(offset, limit)
+        check_page(offset, limit)
         if limit == 0:
             return []
         records = self._query(

@@ -82,6 +82,12 @@ class GraphStats:
     relationship_types: dict[str, int] = field(default_factory=dict)
 
 
+def check_page(offset: int, limit: int) -> None:
+    """The pagination arguments every GraphStore listing accepts."""
+    if offset < 0 or limit < 0:
+        raise ValueError(f"offset and limit must be >= 0, got offset={offset}, limit={limit}")
+
+
 @runtime_checkable
 class GraphStore(Protocol):
     """Typed entities and relationships with provenance, chunk→entity mentions, bounded traversal."""
