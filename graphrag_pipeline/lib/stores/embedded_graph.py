@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from graphrag_pipeline.lib.models import Entity, Relationship
-from graphrag_pipeline.lib.stores.protocols import GraphStats, TraversalHit, check_page
+from graphrag_pipeline.lib.stores.protocols import GraphStats, TraversalHit, check_page, check_traversal
 
 SCHEMA_VERSION = 1
 
@@ -522,15 +522,7 @@ class EmbeddedGraphStore:
           and stops after ``fanout`` distinct neighbours.
         * Hits are sorted by score desc, then hops, then entity id — deterministic for the same graph.
         """
-        if max_hops < 0:
-            raise ValueError(f"max_hops must be >= 0, got {max_hops}")
-        if not 0 < decay <= 1:
-            raise ValueError(f"decay must be in (0, 1], got {decay}")
-        if fanout < 1:
-            raise ValueError(f"fanout must be >= 1, got {fanout}")
-        for seed, activation in seeds.items():
-            if not (math.isfinite(activation) and activation >= 0):
-                raise ValueError(f"seed {seed} has activation {activation!r}; activations must be finite and >= 0")
+        check_traversal(seeds, max_hops, decay, fanout)
 
         # The adjacency is immutable, so the walk itself runs without the lock and traversals proceed in parallel.
         graph = self._current_graph()

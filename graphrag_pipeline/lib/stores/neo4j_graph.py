@@ -34,7 +34,7 @@ from neo4j.exceptions import ServiceUnavailable, SessionExpired
 from graphrag_pipeline.lib.config import IDENTIFIER, Ontology, default_config_data
 from graphrag_pipeline.lib.models import Entity, Relationship
 from graphrag_pipeline.lib.stores.embedded_graph import hub_damping
-from graphrag_pipeline.lib.stores.protocols import GraphStats, TraversalHit, check_page
+from graphrag_pipeline.lib.stores.protocols import GraphStats, TraversalHit, check_page, check_traversal
 
 T = TypeVar("T")
 
@@ -689,15 +689,7 @@ class Neo4jGraphStore:
         expansion runs out of fetched relationships before reaching ``fanout`` neighbours (parallel relationships,
         neighbours already on the path) is fetched again in full. The whole walk is one read transaction.
         """
-        if max_hops < 0:
-            raise ValueError(f"max_hops must be >= 0, got {max_hops}")
-        if not 0 < decay <= 1:
-            raise ValueError(f"decay must be in (0, 1], got {decay}")
-        if fanout < 1:
-            raise ValueError(f"fanout must be >= 1, got {fanout}")
-        for seed, activation in seeds.items():
-            if not (math.isfinite(activation) and activation >= 0):
-                raise ValueError(f"seed {seed} has activation {activation!r}; activations must be finite and >= 0")
+        check_traversal(seeds, max_hops, decay, fanout)
         types = None if relationship_types is None else sorted(set(relationship_types))
         limit = 2 * fanout + max_hops + 1
 

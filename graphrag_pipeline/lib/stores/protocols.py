@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
@@ -86,6 +87,19 @@ def check_page(offset: int, limit: int) -> None:
     """The pagination arguments every GraphStore listing accepts."""
     if offset < 0 or limit < 0:
         raise ValueError(f"offset and limit must be >= 0, got offset={offset}, limit={limit}")
+
+
+def check_traversal(seeds: dict[str, float], max_hops: int, decay: float, fanout: int) -> None:
+    """The traversal arguments every GraphStore accepts."""
+    if max_hops < 0:
+        raise ValueError(f"max_hops must be >= 0, got {max_hops}")
+    if not 0 < decay <= 1:
+        raise ValueError(f"decay must be in (0, 1], got {decay}")
+    if fanout < 1:
+        raise ValueError(f"fanout must be >= 1, got {fanout}")
+    for seed, activation in seeds.items():
+        if not (math.isfinite(activation) and activation >= 0):
+            raise ValueError(f"seed {seed} has activation {activation!r}; activations must be finite and >= 0")
 
 
 @runtime_checkable
