@@ -7,6 +7,7 @@ from graphrag_pipeline.lib.stages import build_everything
 from graphrag_pipeline.lib.workspace import Workspace
 
 FIXTURES = Path(__file__).parent / "fixtures"
+SAMPLE_CORPUS = Path(__file__).parent.parent / "data" / "corpus"  # the sample corpus README command 1 indexes
 
 
 def folder_settings(index_dir: Path, corpus: Path, **overrides) -> PipelineSettings:
@@ -30,6 +31,14 @@ def build(settings: PipelineSettings):
 @pytest.fixture(scope="session")
 def multihop_settings(tmp_path_factory) -> PipelineSettings:
     settings = folder_settings(tmp_path_factory.mktemp("multihop") / "index", FIXTURES / "multihop")
+    build(settings)
+    return settings
+
+
+@pytest.fixture(scope="session")
+def sample_settings(tmp_path_factory) -> PipelineSettings:
+    """The sample corpus (Prometheus runbooks, OpenTelemetry demo, Online Boutique) built on embedded defaults."""
+    settings = folder_settings(tmp_path_factory.mktemp("sample") / "index", SAMPLE_CORPUS)
     build(settings)
     return settings
 
