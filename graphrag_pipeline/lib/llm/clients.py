@@ -1,0 +1,455 @@
+"""HTTP clients for chat and embedding models: OpenAI-compatible servers and Ollama, on httpx.
+
+Wire protocols:
+
+- OpenAI: ``POST /v1/chat/completions`` (structured output as ``response_format`` ``json_schema``, ``strict: false``
+  so schemas need not list every property as required) and ``POST /v1/embeddings``; tokens from ``usage``.
+- Ollama: ``POST /api/chat`` (structured output as ``format: <schema>``) and ``POST /api/embed``; tokens from
+  ``prompt_eval_count`` / ``eval_count``.
+
+Every request goes through ``JsonHttp``: at most ``concurrency`` requests in flight per client, a timeout, and retries
+on 429, 5xx, timeouts and connection errors with exponential backoff and full jitter (a server's ``Retry-After`` is
+waited out instead, capped at ``max_backoff_seconds`` so a server cannot park the pipeline for an hour). Other 4xx
+are the caller's mistake and fail at once. Before each call the budget is checked (``Usage.reserve``), so a run
+stops before it overspends rather than after. The API key is read from the environment variable the configuration
+names and sent as a Bearer token; it is never logged or put into an error message.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import httpx
+import numpy as np
+
+from graphrag_pipeline.lib.config import EmbedderConfig, LLMConfig
+from graphrag_pipeline.lib.llm.accounting import Usage, approximate_tokens
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OLLAMA_BASE_URL = "http://localhost:11434"
+DEFAULT_OPENAI_BASE_URL = "https://api.openai.com"
+DEFAULT_EMBEDDING_MAX_TOKENS = 8192
+ERROR_BODY_CHARS = 500  # enough of a server's error body to see what it complained about
+
+
+class LLMError(RuntimeError):
+    """A model call that failed for good: retries exhausted, a request the server rejects, or an unusable reply."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    model: str
+    cached: bool = False  # served from the persistent cache: no call was made
+
+
+@runtime_checkable
+class ChatClient(Protocol):
+    """A chat model behind some wire protocol; every call is accounted in ``usage``."""
+
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def usage(self) -> Usage: ...
+
+    def complete(
+        self, messages: Sequence[ChatMessage], *, json_schema: dict[str, Any] | None = None, schema_name: str = "output"
+    ) -> Completion: ...
+
+    def close(self) -> None: ...
+
+
+def resolve_base_url(provider: str, configured: str | None) -> str:
+    """The configured base URL, else the provider's environment variable, else its public default.
+
+    OpenAI's own SDK takes base URLs ending in ``/v1``; that suffix is accepted and dropped, since the paths here
+    carry it."""
+    if configured:
+        url = configured
+    elif provider == "ollama":
+        url = os.environ.get("OLLAMA_BASE_URL") or DEFAULT_OLLAMA_BASE_URL
+    else:
+        url = os.environ.get("OPENAI_BASE_URL") or DEFAULT_OPENAI_BASE_URL
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if provider == "openai" and url.endswith("/v1") else url
+
+
+class JsonHttp:
+    """POST JSON, get JSON: bounded concurrency, timeouts, retries with backoff (each retry counted in usage)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        config: LLMConfig,
+        usage: Usage,
+        *,
+        api_key: str | None = None,
+        sleep: Callable[[float], None] = time.sleep,  # injectable so tests can see the waits without waiting
+    ):
+        self.base_url = base_url
+        self._config = config
+        self._usage = usage
+        self._sleep = sleep
+        self._slots = threading.BoundedSemaphore(config.concurrency)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(
+            base_url=base_url,
+            headers=headers,
+            timeout=config.timeout_seconds,
+            limits=httpx.Limits(max_connections=config.concurrency, max_keepalive_connections=config.concurrency),
+        )
+
+    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        attempts = self._config.max_retries + 1
+        last_error = ""
+        for attempt in range(attempts):
+            retry_after: float | None = None
+            try:
+                with self._slots:
+                    response = self._client.post(path, json=body)
+            except httpx.TransportError as error:  # timeouts, refused or dropped connections
+                last_error = f"{type(error).__name__}: {error}"
+            else:
+                if response.is_success:
+                    return _json_body(response, path)
+                excerpt = response.text[:ERROR_BODY_CHARS]
+                if response.status_code != 429 and response.status_code < 500:
+                    raise LLMError(
+                        f"POST {self.base_url}{path} was rejected with HTTP {response.status_code}: {excerpt}"
+                    )
+                last_error = f"HTTP {response.status_code}: {excerpt}"
+                retry_after = _retry_after_seconds(response.headers.get("Retry-After"))
+            if attempt + 1 == attempts:
+                break
+            self._usage.record_retry()
+            wait = self._backoff(attempt, retry_after)
+            log.warning("POST %s%s failed (%s); retry %d/%d in %.2fs", self.base_url, path, last_error,
+                        attempt + 1, self._config.max_retries, wait)
+            self._sleep(wait)
+        raise LLMError(f"POST {self.base_url}{path} failed after {attempts} attempts: {last_error}")
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        cap = self._config.max_backoff_seconds
+        if retry_after is not None:
+            return min(retry_after, cap)
+        # Full jitter: concurrent workers that failed together do not come back together.
+        return random.uniform(0, min(cap, self._config.backoff_seconds * 2**attempt))
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _json_body(response: httpx.Response, path: str) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except ValueError as error:
+        raise LLMError(f"POST {path} answered HTTP {response.status_code} with a body that is not JSON: "
+                       f"{response.text[:ERROR_BODY_CHARS]!r}") from error
+    if not isinstance(data, dict):
+        raise LLMError(f"POST {path} answered with JSON that is not an object: {response.text[:ERROR_BODY_CHARS]!r}")
+    return data
+
+
+def _retry_after_seconds(value: str | None) -> float | None:
+    """``Retry-After`` as seconds: a number of seconds or an HTTP date; None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def _api_key(config: LLMConfig) -> str | None:
+    return os.environ.get(config.api_key_env) or None
+
+
+def _prompt_tokens_estimate(messages: Sequence[ChatMessage]) -> int:
+    return sum(approximate_tokens(m.content) for m in messages)
+
+
+class HttpChatClient:
+    """What both chat wire protocols share: budget reservation, the HTTP call, accounting."""
+
+    provider = ""
+    _path = ""
+
+    def __init__(self, config: LLMConfig, *, usage: Usage | None = None, sleep: Callable[[float], None] = time.sleep):
+        self._config = config
+        self._usage = usage or Usage(config.prices, config.budget_usd)
+        self._usage.require_price(config.model)
+        self._http = JsonHttp(
+            resolve_base_url(self.provider, config.base_url), config, self._usage, api_key=_api_key(config), sleep=sleep
+        )
+
+    @property
+    def model(self) -> str:
+        return self._config.model
+
+    @property
+    def usage(self) -> Usage:
+        return self._usage
+
+    def complete(
+        self, messages: Sequence[ChatMessage], *, json_schema: dict[str, Any] | None = None, schema_name: str = "output"
+    ) -> Completion:
+        """One chat completion. With ``json_schema`` and ``structured_output`` on, the server is asked to produce
+        JSON matching it; the text is returned as is either way (parsing and repair are the caller's)."""
+        max_completion = self._config.max_completion_tokens
+        reserved = self._usage.reserve(self.model, _prompt_tokens_estimate(messages), max_completion)
+        try:
+            body = self._request_body(messages, json_schema if self._config.structured_output else None, schema_name)
+            data = self._http.post(self._path, body)
+            completion = self._parse(data, messages)
+        except BaseException:
+            self._usage.release(reserved)
+            raise
+        self._usage.record_call(self.model, completion.prompt_tokens, completion.completion_tokens, reserved)
+        return completion
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _request_body(
+        self, messages: Sequence[ChatMessage], json_schema: dict[str, Any] | None, schema_name: str
+    ) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _parse(self, data: dict[str, Any], messages: Sequence[ChatMessage]) -> Completion:
+        raise NotImplementedError
+
+
+class OpenAIChatClient(HttpChatClient):
+    """``/v1/chat/completions`` of OpenAI or any compatible server (vLLM, llama.cpp server, LiteLLM, …)."""
+
+    provider = "openai"
+    _path = "/v1/chat/completions"
+
+    def _request_body(
+        self, messages: Sequence[ChatMessage], json_schema: dict[str, Any] | None, schema_name: str
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": m.role, "content": m.content} for m in messages],
+            "temperature": self._config.temperature,
+            "max_tokens": self._config.max_completion_tokens,
+        }
+        if json_schema is not None:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": schema_name, "schema": json_schema, "strict": False},
+            }
+        return body
+
+    def _parse(self, data: dict[str, Any], messages: Sequence[ChatMessage]) -> Completion:
+        try:
+            text = data["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError) as error:
+            raise LLMError(
+                f"chat completion without choices[0].message.content: {str(data)[:ERROR_BODY_CHARS]}"
+            ) from error
+        usage = data.get("usage") or {}
+        return Completion(
+            text=text or "",
+            prompt_tokens=int(usage.get("prompt_tokens") or _prompt_tokens_estimate(messages)),
+            completion_tokens=int(usage.get("completion_tokens") or approximate_tokens(text or "")),
+            model=str(data.get("model") or self.model),
+        )
+
+
+class OllamaChatClient(HttpChatClient):
+    """Ollama's native ``/api/chat`` (not streamed)."""
+
+    provider = "ollama"
+    _path = "/api/chat"
+
+    def _request_body(
+        self, messages: Sequence[ChatMessage], json_schema: dict[str, Any] | None, schema_name: str
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": m.role, "content": m.content} for m in messages],
+            "stream": False,
+            "options": {"temperature": self._config.temperature, "num_predict": self._config.max_completion_tokens},
+        }
+        if json_schema is not None:
+            body["format"] = json_schema  # Ollama has no schema name
+        return body
+
+    def _parse(self, data: dict[str, Any], messages: Sequence[ChatMessage]) -> Completion:
+        message = data.get("message")
+        if not isinstance(message, dict) or not isinstance(message.get("content"), str):
+            raise LLMError(f"Ollama chat reply without message.content: {str(data)[:ERROR_BODY_CHARS]}")
+        text = message["content"]
+        return Completion(
+            text=text,
+            prompt_tokens=int(data.get("prompt_eval_count") or _prompt_tokens_estimate(messages)),
+            completion_tokens=int(data.get("eval_count") or approximate_tokens(text)),
+            model=str(data.get("model") or self.model),
+        )
+
+
+def chat_client(
+    config: LLMConfig, *, usage: Usage | None = None, sleep: Callable[[float], None] = time.sleep
+) -> ChatClient:
+    """The chat client for the configured provider."""
+    client_class = OpenAIChatClient if config.provider == "openai" else OllamaChatClient
+    return client_class(config, usage=usage, sleep=sleep)
+
+
+class HttpEmbedder:
+    """`Embedder` over an embedding endpoint: batches, accounting, float32 unit vectors.
+
+    ``count_tokens`` is an approximation (characters / 4): remote models do not expose their tokenizer, and the
+    pipeline only uses the count to keep chunks under ``max_tokens``, which for these models is far above chunk
+    sizes."""
+
+    provider = ""
+    _path = ""
+
+    def __init__(
+        self,
+        config: EmbedderConfig,
+        llm: LLMConfig,
+        *,
+        usage: Usage | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self._config = config
+        self._model = config.model or llm.embedding_model
+        self._usage = usage or Usage(llm.prices, llm.budget_usd)
+        self._usage.require_price(self._model)
+        # The chat settings' base URL belongs to the chat provider; an embedder on another provider uses its own.
+        base_url = resolve_base_url(self.provider, llm.base_url if llm.provider == self.provider else None)
+        self._http = JsonHttp(base_url, llm, self._usage, api_key=_api_key(llm), sleep=sleep)
+        self._dimension = config.dimension
+        self._dimension_lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return f"{self.provider}/{self._model}"
+
+    @property
+    def usage(self) -> Usage:
+        return self._usage
+
+    @property
+    def dimension(self) -> int:
+        if self._dimension is None:
+            # Not configured and nothing embedded yet: one call tells (the size belongs to the model, not the text).
+            self._embed_batch(["dimension probe"])
+        assert self._dimension is not None  # set by every successful batch
+        return self._dimension
+
+    @property
+    def max_tokens(self) -> int:
+        return self._config.max_tokens or DEFAULT_EMBEDDING_MAX_TOKENS
+
+    def count_tokens(self, text: str) -> int:
+        return approximate_tokens(text)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        batch_size = self._config.batch_size
+        batches = [self._embed_batch(texts[i: i + batch_size]) for i in range(0, len(texts), batch_size)]
+        return np.concatenate(batches, axis=0)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        reserved = self._usage.reserve(self._model, sum(approximate_tokens(t) for t in texts), 0)
+        try:
+            data = self._http.post(self._path, {"model": self._model, "input": list(texts)})
+            raw_vectors, prompt_tokens = self._parse(data)
+            if len(raw_vectors) != len(texts):
+                raise LLMError(f"{self.name} returned {len(raw_vectors)} vectors for {len(texts)} texts")
+            try:
+                vectors = np.asarray(raw_vectors, dtype=np.float32)
+            except (TypeError, ValueError) as error:  # ragged or non-numeric
+                raise LLMError(f"{self.name} returned vectors that are not one numeric matrix: {error}") from error
+            if vectors.ndim != 2:
+                raise LLMError(f"{self.name} returned vectors that are not one numeric matrix")
+        except BaseException:
+            self._usage.release(reserved)
+            raise
+        self._usage.record_call(self._model, prompt_tokens or sum(approximate_tokens(t) for t in texts), 0, reserved)
+        self._check_dimension(vectors.shape[1])
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors / np.where(norms == 0, 1.0, norms)  # an all-zero vector stays zero instead of becoming NaN
+
+    def _check_dimension(self, dimension: int) -> None:
+        with self._dimension_lock:
+            if self._dimension is None:
+                self._dimension = dimension
+            elif dimension != self._dimension:
+                raise LLMError(f"{self.name} returned vectors of dimension {dimension}, expected {self._dimension}")
+
+    def _parse(self, data: dict[str, Any]) -> tuple[list[list[float]], int]:
+        raise NotImplementedError
+
+
+class OpenAIEmbedder(HttpEmbedder):
+    provider = "openai"
+    _path = "/v1/embeddings"
+
+    def _parse(self, data: dict[str, Any]) -> tuple[list[list[float]], int]:
+        try:
+            items = sorted(data["data"], key=lambda item: item.get("index", 0))
+            vectors = [item["embedding"] for item in items]
+        except (KeyError, TypeError, AttributeError) as error:
+            raise LLMError(f"embedding reply without data[].embedding: {str(data)[:ERROR_BODY_CHARS]}") from error
+        return vectors, int((data.get("usage") or {}).get("prompt_tokens") or 0)
+
+
+class OllamaEmbedder(HttpEmbedder):
+    provider = "ollama"
+    _path = "/api/embed"
+
+    def _parse(self, data: dict[str, Any]) -> tuple[list[list[float]], int]:
+        vectors = data.get("embeddings")
+        if not isinstance(vectors, list):
+            raise LLMError(f"Ollama embed reply without embeddings: {str(data)[:ERROR_BODY_CHARS]}")
+        return vectors, int(data.get("prompt_eval_count") or 0)
+
+
+
+def http_embedder(
+    config: EmbedderConfig,
+    llm: LLMConfig,
+    *,
+    usage: Usage | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> HttpEmbedder:
+    """The embedder for an HTTP provider (``embedder.provider`` ollama or openai)."""
+    if config.provider == "openai":
+        return OpenAIEmbedder(config, llm, usage=usage, sleep=sleep)
+    if config.provider == "ollama":
+        return OllamaEmbedder(config, llm, usage=usage, sleep=sleep)
+    raise ValueError(f"embedder provider {config.provider!r} is not an HTTP provider")
