@@ -6,7 +6,7 @@ from graphrag_pipeline.defs.resources import (
     EmbeddedGraphStoreResource,
     EmbeddedVectorStoreResource,
     GraphRAGResource,
-    LocalEmbedderResource,
+    ConfiguredEmbedderResource,
 )
 
 PER_DOCUMENT = ["raw_documents", "chunks", "embeddings", "extracted_elements"]
@@ -77,7 +77,7 @@ def test_graphrag_resource_is_bound_to_the_embedded_tier():
     assert isinstance(resource, GraphRAGResource)
     assert isinstance(resource.graph_store, EmbeddedGraphStoreResource)
     assert isinstance(resource.vector_store, EmbeddedVectorStoreResource)
-    assert isinstance(resource.embedder, LocalEmbedderResource)
+    assert isinstance(resource.embedder, ConfiguredEmbedderResource)
     # Every asset asks for this one resource (plus Dagster's default io_manager), so swapping backends is one binding.
     for name in LINEAGE:
         assert defs.resolve_assets_def(name).required_resource_keys - {"io_manager"} == {"graphrag"}

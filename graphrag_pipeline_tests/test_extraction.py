@@ -340,3 +340,30 @@ def test_empty_blank_and_huge_chunks_do_not_crash(extractor: OfflineExtractor) -
         assert empty.entities == () and empty.relations == ()
     assert relation_triples(results[2]) == {("checkout-service", "DEPENDS_ON", "payments-api")}
     assert extractor.extract([]) == []
+
+
+def test_hybrid_keeps_the_users_vocabulary_types_and_adds_what_only_the_model_found() -> None:
+    from graphrag_pipeline.lib.models import EntityMention, RelationMention
+    from graphrag_pipeline.lib.workspace import combine_extractions
+
+    spotted = ChunkExtraction("c1", (
+        EntityMention("payments-api", "Service", spotter="pattern"),
+        EntityMention("Acme", "ORGANIZATION", spotter="ner"),
+    ), (RelationMention("payments-api", "Acme", "RELATED_TO"),))
+    by_model = ChunkExtraction("c1", (
+        EntityMention("Payments-API", "TECHNOLOGY", "Takes card payments.", spotter="llm"),
+        EntityMention("ACME", "Team", "Owns payments.", spotter="llm"),
+        EntityMention("ledger-db", "Service", spotter="llm"),
+    ), (RelationMention("payments-api", "ledger-db", "DEPENDS_ON"),
+        RelationMention("payments-api", "Acme", "RELATED_TO", predicate="sponsored by")))
+
+    combined = combine_extractions(spotted, by_model)
+
+    types = {e.name: e.type for e in combined.entities}
+    assert types == {"payments-api": "Service", "ACME": "Team", "ledger-db": "Service"}
+    assert {e.name: e.description for e in combined.entities}["payments-api"] == "Takes card payments."
+    assert {(r.source, r.target, r.type, r.predicate) for r in combined.relations} == {
+        ("payments-api", "ledger-db", "DEPENDS_ON", ""),
+        ("payments-api", "Acme", "RELATED_TO", "sponsored by"),
+    }
+    assert combine_extractions(spotted, None) is spotted  # the model failed on this chunk: spotters stand

@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Sequence
 
-from dagster import AssetExecutionContext, MaterializeResult, MetadataValue
+from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue
 
 from graphrag_pipeline.defs.partitions import shard_of_key
 from graphrag_pipeline.defs.resources import GraphRAGResource
+from graphrag_pipeline.lib.llm.accounting import BudgetExceeded
 from graphrag_pipeline.lib.stages import StageReport
 
 
@@ -28,7 +29,16 @@ def run_stage(stage: Callable[..., StageReport], graphrag: GraphRAGResource, *ar
     first use is counted too."""
     started = time.perf_counter()
     with graphrag.workspace() as workspace:
-        report = stage(workspace, *args)
+        try:
+            report = stage(workspace, *args)
+        except BudgetExceeded as error:
+            # A clean stop, not a crash: what was already paid for is in the completion cache, so raising the
+            # budget and re-running continues where this run stopped without paying twice.
+            raise Failure(
+                description=f"LLM budget reached, stopped before the next call: {error}",
+                metadata=_usage_metadata(workspace.usage.as_metadata()),
+                allow_retries=False,
+            ) from error
     return to_result(report, wall_seconds=time.perf_counter() - started)
 
 
@@ -36,10 +46,18 @@ def to_result(report: StageReport, wall_seconds: float) -> MaterializeResult:
     metadata: dict[str, Any] = {name: MetadataValue.int(value) for name, value in report.counts.items()}
     metadata.update({f"seconds_{step}": MetadataValue.float(s) for step, s in report.seconds.items()})
     metadata["seconds_total"] = MetadataValue.float(round(wall_seconds, 3))
+    metadata.update(_usage_metadata(report.usage))
     metadata["sample"] = MetadataValue.md(markdown_table(report.sample))
     if report.notes:
         metadata["notes"] = MetadataValue.md("\n".join(f"- {note}" for note in report.notes))
     return MaterializeResult(metadata=metadata)
+
+
+def _usage_metadata(usage: dict[str, float]) -> dict[str, MetadataValue]:
+    return {
+        name: MetadataValue.float(float(value)) if name.endswith("_usd") else MetadataValue.int(int(value))
+        for name, value in usage.items()
+    }
 
 
 def shards_of(context: AssetExecutionContext) -> list[int]:

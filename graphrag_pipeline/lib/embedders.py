@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from graphrag_pipeline.lib.config import EmbedderConfig
+from graphrag_pipeline.lib.config import EmbedderConfig, PipelineSettings
 
 _MODELS: dict[tuple[str, str], object] = {}
 _MODELS_LOCK = threading.Lock()
@@ -103,3 +103,14 @@ class LocalEmbedder:
                 show_progress_bar=False,
             )
         return np.asarray(vectors, dtype=np.float32)
+
+
+def configured_embedder(settings: PipelineSettings, *, query: bool, usage=None):
+    """The embedder ``settings.embedder.provider`` names: the offline model, or Ollama / an OpenAI-compatible server
+    (whose calls are counted in ``usage``). ``query`` picks the thread count for question-at-a-time processes."""
+    config = settings.embedder
+    if config.provider == "local":
+        return LocalEmbedder(config, threads=config.query_threads if query else config.threads)
+    from graphrag_pipeline.lib.llm.clients import http_embedder
+
+    return http_embedder(config, settings.llm, usage=usage)

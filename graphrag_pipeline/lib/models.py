@@ -125,6 +125,7 @@ class CommunitySummary:
     top_entities: tuple[str, ...]
     content_hash: str
     chunk_ids: tuple[str, ...] = ()
+    rating: float | None = None  # importance 0-10, from an LLM community report (extractive summaries have none)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

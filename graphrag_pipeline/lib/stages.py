@@ -7,12 +7,14 @@ it should produce against what was produced last time (content hashes), does onl
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import time
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -22,6 +24,7 @@ from graphrag_pipeline.lib.communities import (
     detect_communities,
     summarize_community_extractively,
 )
+from graphrag_pipeline.lib.config import PipelineSettings
 from graphrag_pipeline.lib.ids import content_hash, stable_shard
 from graphrag_pipeline.lib.merge import (
     element_payload,
@@ -29,7 +32,7 @@ from graphrag_pipeline.lib.merge import (
     merge_extractions,
     relationship_from_payload,
 )
-from graphrag_pipeline.lib.models import Chunk, Community, Entity, Relationship, VectorPoint
+from graphrag_pipeline.lib.models import Chunk, Community, CommunitySummary, Entity, Relationship, VectorPoint
 from graphrag_pipeline.lib.sources import STAGE as SOURCES_STAGE
 from graphrag_pipeline.lib.sources import read_source
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES
@@ -47,6 +50,7 @@ class StageReport:
     seconds: dict[str, float] = field(default_factory=dict)
     sample: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    usage: dict[str, float] = field(default_factory=dict)  # model calls, cache hits, tokens, cost of this stage
 
     @contextmanager
     def timed(self, step: str) -> Iterator[None]:
@@ -59,6 +63,28 @@ class StageReport:
     @property
     def total_seconds(self) -> float:
         return round(sum(self.seconds.values()), 3)
+
+
+def uses_remote_models(settings: PipelineSettings) -> bool:
+    return (settings.extraction.extractor in ("llm", "hybrid") or settings.summaries.summarizer == "llm"
+            or settings.embedder.provider != "local")
+
+
+def accounted(stage: Callable[..., StageReport]) -> Callable[..., StageReport]:
+    """Put in the stage's report what it spent on model calls (when the configuration uses any remote model):
+    calls, cache hits, tokens and estimated cost, as a difference, so a workspace shared by stages reports each."""
+
+    @functools.wraps(stage)
+    def run(ws: Workspace, *args: Any) -> StageReport:
+        before = ws.usage.as_metadata()
+        report = stage(ws, *args)
+        if uses_remote_models(ws.settings):
+            after = ws.usage.as_metadata()
+            report.usage = {key: value if key == "llm_budget_usd" else round(value - before.get(key, 0), 6)
+                            for key, value in after.items()}
+        return report
+
+    return run
 
 
 def chunk_embedding_text(title: str, chunk: Chunk) -> str:
@@ -155,7 +181,7 @@ def embed_texts_cached(ws: Workspace, texts: Sequence[str], report: StageReport)
     report.counts["embedded"] = report.counts.get("embedded", 0) + len(missing)
     report.counts["embedding_cache_hits"] = report.counts.get("embedding_cache_hits", 0) + len(texts) - len(missing)
     if not texts:
-        return np.zeros((0, ws.embedder.dimension), dtype=np.float32)
+        return np.zeros((0, ws.embedding_dimension), dtype=np.float32)
     return np.stack([cached[h] for h in hashes])
 
 
@@ -173,7 +199,7 @@ def sync_points(
     keys = {pid: content_hash(text, json.dumps(payload, sort_keys=True)) for pid, (_, text, payload) in wanted.items()}
     stale = sorted(pid for pid, key in keys.items() if indexed.get(pid) != key)
     removed = sorted(set(indexed) - set(wanted))
-    ws.vector_store.ensure_collection(collection, ws.embedder.dimension)
+    ws.vector_store.ensure_collection(collection, ws.embedding_dimension)
     for start in range(0, len(stale), 2048):
         batch = stale[start : start + 2048]
         vectors = embed_texts_cached(ws, [wanted[pid][1] for pid in batch], report)
@@ -193,6 +219,7 @@ def sync_points(
     report.counts[f"{collection}_unchanged"] = len(wanted) - len(stale)
 
 
+@accounted
 def embed_chunks(ws: Workspace, shards: Iterable[int]) -> StageReport:
     report = StageReport("embeddings")
     shard_set = set(shards)
@@ -207,13 +234,14 @@ def embed_chunks(ws: Workspace, shards: Iterable[int]) -> StageReport:
         wanted[chunk.chunk_id] = (shard, chunk_embedding_text(doc.title, chunk), payload)
     sync_points(ws, CHUNKS, wanted, shard_set, report)
     report.counts["chunks"] = len(chunks)
-    report.counts["dimension"] = ws.embedder.dimension
+    report.counts["dimension"] = ws.embedding_dimension
     report.sample = [{"chunk_id": c.chunk_id, "title": documents[c.doc_id].title} for c in chunks[:5]]
     return report
 
 
 # --- 4. extracted_elements -------------------------------------------------------------------------------------------
 
+@accounted
 def extract_elements(ws: Workspace, shards: Iterable[int]) -> StageReport:
     report = StageReport("extracted_elements")
     shard_set = set(shards)
@@ -227,6 +255,8 @@ def extract_elements(ws: Workspace, shards: Iterable[int]) -> StageReport:
             batch = todo[start : start + 512]
             results, quarantined = ws.extract(batch)
             ws.state.store_extractions(key, results)
+            report.counts["extracted"] = report.counts.get("extracted", 0) + len(results)
+            ws.state.clear_quarantine("extraction", [e.chunk_id for e in results])  # an earlier failure now read
             if quarantined:
                 ws.state.quarantine(quarantined)
                 report.counts["quarantined"] = report.counts.get("quarantined", 0) + len(quarantined)
@@ -240,12 +270,14 @@ def extract_elements(ws: Workspace, shards: Iterable[int]) -> StageReport:
                 len(e.entities) for e in results)
             report.counts["relation_mentions"] = report.counts.get("relation_mentions", 0) + sum(
                 len(e.relations) for e in results)
-    report.counts.update(chunks=len(chunks), extracted=len(todo), cached=len(chunks) - len(todo))
+    report.counts.setdefault("extracted", 0)
+    report.counts.update(chunks=len(chunks), cached=len(chunks) - len(todo))
     return report
 
 
 # --- 5. element_summaries --------------------------------------------------------------------------------------------
 
+@accounted
 def summarize_elements(ws: Workspace) -> StageReport:
     """Merge all current extractions into entities and relationships; store only what changed."""
     report = StageReport("element_summaries")
@@ -257,6 +289,9 @@ def summarize_elements(ws: Workspace) -> StageReport:
             ws.settings.ontology,
             ws.settings.extraction.aliases,
         )
+    if ws.settings.summaries.summarizer == "llm":
+        with report.timed("llm_summaries"):
+            entities, relationships = summarize_descriptions_by_llm(ws, entities, relationships, report)
     with report.timed("store"):
         for kind, elements in (("entity", entities), ("relationship", relationships)):
             previous = ws.state.element_hashes(kind)
@@ -274,12 +309,41 @@ def summarize_elements(ws: Workspace) -> StageReport:
     return report
 
 
+def summarize_descriptions_by_llm(
+    ws: Workspace, entities: list[Entity], relationships: list[Relationship], report: StageReport
+) -> tuple[list[Entity], list[Relationship]]:
+    """Elements with many or long merged descriptions get one description written by the model (cached, so an
+    unchanged element costs nothing); a failed call keeps the merged text."""
+    from graphrag_pipeline.lib.llm.summaries import needs_llm_summary, summarize_element_descriptions
+
+    config = ws.settings.summaries
+    names = {e.entity_id: e.name for e in entities}
+
+    def label(element: Entity | Relationship) -> str:
+        if isinstance(element, Entity):
+            return f"{element.name} ({element.type})"
+        return f"{names.get(element.source_id, '?')} {element.type} {names.get(element.target_id, '?')}"
+
+    todo = [e for e in (*entities, *relationships) if needs_llm_summary(e.description.split("\n"), config)]
+    written = ws.llm.map(lambda e: summarize_element_descriptions(ws.llm, label(e), e.description.split("\n")), todo)
+    replaced = {_element_id(e): text for e, text in zip(todo, written) if text}
+    report.counts["llm_summarized"] = len(replaced)
+    report.counts["llm_summary_failures"] = len(todo) - len(replaced)
+
+    def updated(element):
+        text = replaced.get(_element_id(element))
+        return dataclasses.replace(element, description=text) if text else element
+
+    return [updated(e) for e in entities], [updated(r) for r in relationships]
+
+
 def _element_id(element: Entity | Relationship) -> str:
     return element.entity_id if isinstance(element, Entity) else element.relationship_id
 
 
 # --- 6. graph --------------------------------------------------------------------------------------------------------
 
+@accounted
 def sync_graph(ws: Workspace) -> StageReport:
     """Write changed entities, relationships and chunk mentions to the graph store, delete what disappeared, and
     index entity names for question linking."""
@@ -371,6 +435,7 @@ def community_from_payload(data: dict) -> Community:
 
 # --- 8. community_summaries ------------------------------------------------------------------------------------------
 
+@accounted
 def summarize_communities(ws: Workspace) -> StageReport:
     """Summarize only communities whose membership or member content changed, and index the summaries."""
     report = StageReport("community_summaries")
@@ -382,22 +447,46 @@ def summarize_communities(ws: Workspace) -> StageReport:
     entities = {eid: entity_from_payload(p) for eid, p in ws.state.element_payloads("entity").items()}
     descriptions = {eid: e.description for eid, e in entities.items()}
     previous = ws.state.community_summary_hashes()
-    hashes = {c.community_id: community_content_hash(c, descriptions) for c in communities}
+    reported_by_llm = {
+        c.community_id for c in communities
+        if ws.settings.summaries.summarizer == "llm" and c.level in ws.settings.summaries.report_levels
+    }
+    # The summarizer is part of a summary's identity: switching to (or from) LLM reports redoes exactly those.
+    summarizer_key = f"llm:{ws.settings.llm.provider}:{ws.settings.llm.model}"
+    hashes = {
+        c.community_id: content_hash(community_content_hash(c, descriptions), summarizer_key)
+        if c.community_id in reported_by_llm else community_content_hash(c, descriptions)
+        for c in communities
+    }
     todo = [c for c in communities if previous.get(c.community_id) != hashes[c.community_id]]
     removed = sorted(set(previous) - set(hashes))
     with report.timed("relationships"):
         relationships_of = _relationships_by_community(ws, todo)
-    upserts = {}
     with report.timed("summarize"):
-        for community in todo:
-            summary = summarize_community_extractively(
-                community,
+        new_summaries = {
+            c.community_id: summarize_community_extractively(
+                c,
                 entities,
-                relationships_of[community.community_id],
+                relationships_of[c.community_id],
                 top_entities=config.top_entities,
                 max_sentences=config.summary_sentences,
             )
-            upserts[community.community_id] = (hashes[community.community_id], json.dumps(summary.to_dict()))
+            for c in todo
+        }
+    by_llm = [c for c in todo if c.community_id in reported_by_llm]
+    if by_llm:
+        with report.timed("llm_reports"):
+            reports = ws.llm.map(
+                lambda c: _community_report(ws, c, new_summaries[c.community_id], entities, relationships_of), by_llm
+            )
+        for community, written in zip(by_llm, reports):
+            if written is not None:
+                new_summaries[community.community_id] = written
+            else:  # stored under its extractive hash, so the next run asks the model again
+                hashes[community.community_id] = community_content_hash(community, descriptions)
+        report.counts["llm_reports"] = sum(r is not None for r in reports)
+        report.counts["llm_report_failures"] = sum(r is None for r in reports)
+    upserts = {cid: (hashes[cid], json.dumps(summary.to_dict())) for cid, summary in new_summaries.items()}
     ws.state.replace_community_summaries(upserts, removed)
     summaries = ws.state.community_summary_payloads()
     members = {c.community_id: c.entity_ids for c in communities}
@@ -415,6 +504,37 @@ def summarize_communities(ws: Workspace) -> StageReport:
         for cid, (_, p) in list(upserts.items())[:5]
     ]
     return report
+
+
+def _community_report(
+    ws: Workspace,
+    community: Community,
+    extractive: CommunitySummary,
+    entities: dict[str, Entity],
+    relationships_of: dict[str, list[Relationship]],
+) -> CommunitySummary | None:
+    """The model's report on a community (title, summary, findings, importance), or None to keep the extractive
+    summary. Members and relationships are listed most important first, since the input is cut to a token budget."""
+    from graphrag_pipeline.lib.llm.summaries import community_report
+
+    members = sorted((entities[e] for e in community.entity_ids), key=lambda e: (-e.mention_count, e.name))
+    internal = sorted(relationships_of[community.community_id], key=lambda r: (-r.weight, r.relationship_id))
+    entities_text = "\n".join(f"{e.name} ({e.type}): {e.description}".replace("\n", " ") for e in members)
+    relationships_text = "\n".join(
+        f"{entities[r.source_id].name} -[{r.type}]-> {entities[r.target_id].name}: {r.description}".replace("\n", " ")
+        for r in internal
+    )
+    written = community_report(ws.llm, extractive.title, entities_text, relationships_text,
+                               max_input_tokens=ws.settings.summaries.report_max_input_tokens)
+    if written is None:
+        return None
+    findings = [f"- {f.summary}" + (f" {f.explanation}" if f.explanation else "") for f in written.findings]
+    return dataclasses.replace(
+        extractive,
+        title=written.title,
+        summary="\n".join([written.summary, *findings]),
+        rating=written.rating,
+    )
 
 
 def _relationships_by_community(ws: Workspace, communities: Sequence[Community]) -> dict[str, list[Relationship]]:

@@ -160,6 +160,12 @@ class StateStore:
             conn.close()
             self._local.conn = None
 
+    def __enter__(self) -> "StateStore":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     # --- documents -------------------------------------------------------------------------------------------
 
     def document_hashes(self, shards: Iterable[int] | None = None, source: str | None = None) -> dict[str, str]:
@@ -331,6 +337,11 @@ class StateStore:
             )
             found.update((h, np.frombuffer(v, dtype=np.float32)) for h, v in rows)
         return found
+
+    def cached_embedding_dimension(self, model: str) -> int | None:
+        """Length of the vectors ``model`` made before, so a remote model need not be asked again."""
+        rows = self.query("SELECT length(vector) FROM embedding_cache WHERE model = ? LIMIT 1", [model])
+        return rows[0][0] // np.dtype(np.float32).itemsize if rows else None
 
     def cache_embeddings(self, model: str, vectors: dict[str, np.ndarray]) -> None:
         with self.transaction() as conn:

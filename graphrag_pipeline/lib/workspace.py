@@ -7,10 +7,12 @@ Index directory layout (embedded tier)::
     <index_dir>/state.sqlite   documents, chunks, caches, merged elements, communities, quarantine
     <index_dir>/graph.sqlite   the embedded graph store
     <index_dir>/vectors/       Qdrant Edge shards: chunks, entities, communities (published versions for readers)
+    <index_dir>/llm_cache.sqlite  completions of the configured LLM (extractor/summarizer llm): unchanged input, no call
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from functools import cached_property
 from pathlib import Path
@@ -18,7 +20,8 @@ from typing import Callable, Sequence, TypeVar
 
 from graphrag_pipeline.lib.config import PipelineSettings
 from graphrag_pipeline.lib.ids import content_hash
-from graphrag_pipeline.lib.models import Chunk, ChunkExtraction, Quarantined
+from graphrag_pipeline.lib.llm.accounting import Usage
+from graphrag_pipeline.lib.models import Chunk, ChunkExtraction, EntityMention, Quarantined, RelationMention
 from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.protocols import Embedder, GraphStore, VectorStore
 
@@ -26,6 +29,11 @@ T = TypeVar("T")
 Provided = T | Callable[[], T] | None  # an instance, a factory called on first use, or None for the embedded default
 
 EXTRACTOR_VERSION = "1"  # bump when the offline extractor's behaviour changes, so cached extractions are redone
+
+
+def llm_usage(settings: PipelineSettings) -> Usage:
+    """A fresh account of model calls priced and capped by the configuration."""
+    return Usage(settings.llm.prices, settings.llm.budget_usd)
 
 
 class Workspace:
@@ -37,8 +45,10 @@ class Workspace:
         graph_store: Provided[GraphStore] = None,
         vector_store: Provided[VectorStore] = None,
         embedder: Provided[Embedder] = None,
+        usage: Usage | None = None,
     ):
         self.settings = settings
+        self.usage = usage or llm_usage(settings)  # every LLM and HTTP-embedder call of this workspace
         self.index_dir = Path(settings.index_dir)
         self._state = state
         self._graph_store = graph_store
@@ -71,22 +81,48 @@ class Workspace:
     def embedder(self) -> Embedder:
         if self._embedder is not None:
             return _resolve(self._embedder)
-        from graphrag_pipeline.lib.embedders import LocalEmbedder
+        from graphrag_pipeline.lib.embedders import configured_embedder
 
-        return LocalEmbedder(self.settings.embedder, threads=self.settings.embedder.threads)
+        return configured_embedder(self.settings, query=False, usage=self.usage)
+
+    @cached_property
+    def embedding_dimension(self) -> int:
+        """The embedder's dimension, read from the embedding cache when it has vectors of this model: a remote
+        embedder would otherwise be asked once per stage, and a re-run of unchanged content must make no call."""
+        return self.state.cached_embedding_dimension(self.embedder.name) or self.embedder.dimension
 
     @property
     def tokenizer(self):
-        """Token spans in the embedder's own vocabulary, so chunk sizes are what the model will really see."""
-        return self.embedder
+        """Token spans in the embedder's own vocabulary, so chunk sizes are what the model will really see; an HTTP
+        embedder's vocabulary is not ours to read, so chunks are measured in words and punctuation there (such
+        models take thousands of tokens, far more than a chunk of a few hundred words becomes)."""
+        if hasattr(self.embedder, "encode_offsets"):
+            return self.embedder
+        from graphrag_pipeline.lib.chunking import WordTokenizer
+
+        return WordTokenizer()
 
     @cached_property
     def extractor_key(self) -> str:
+        """Stored extractions are keyed by this: any change to what the extractor would produce changes it."""
         config = self.settings.extraction
         if config.extractor == "precomputed":
             return "precomputed"
         fingerprint = config.model_dump_json() + self.settings.ontology.model_dump_json()
-        return f"offline-v{EXTRACTOR_VERSION}-{content_hash(fingerprint)[:16]}"
+        key = f"offline-v{EXTRACTOR_VERSION}-{content_hash(fingerprint)[:16]}"
+        if config.extractor == "llm":
+            return f"llm-{self._llm_extractor.version}"
+        if config.extractor == "hybrid":
+            return f"hybrid-{key}-{self._llm_extractor.version}"
+        return key
+
+    @cached_property
+    def llm(self):
+        """The configured chat model behind the persistent completion cache, counting into ``usage``."""
+        from graphrag_pipeline.lib.llm.runner import llm_runner
+
+        self.index_dir.mkdir(parents=True, exist_ok=True)
+        return llm_runner(self.settings.llm, self.index_dir / "llm_cache.sqlite", usage=self.usage)
 
     @cached_property
     def _offline_extractor(self):
@@ -94,18 +130,36 @@ class Workspace:
 
         return OfflineExtractor(self.settings.extraction, self.settings.ontology)
 
+    @cached_property
+    def _llm_extractor(self):
+        from graphrag_pipeline.lib.llm.extraction import LLMExtractor
+
+        return LLMExtractor(self.llm, self.settings.ontology, max_gleanings=self.settings.extraction.max_gleanings)
+
     def extract(self, chunks: Sequence[Chunk]) -> tuple[list[ChunkExtraction], list[Quarantined]]:
-        if self.settings.extraction.extractor == "precomputed":
+        extractor = self.settings.extraction.extractor
+        if extractor == "precomputed":
             from graphrag_pipeline.lib.extraction import precomputed_extractions
 
             records = self.state.source_extractions({c.doc_id for c in chunks})
             result = precomputed_extractions(chunks, records, self.settings.ontology)
             return list(result.extractions), list(result.quarantined)
         titles = self.state.document_titles({c.doc_id for c in chunks})
-        return self._offline_extractor.extract(chunks, titles), []
+        if extractor == "offline":
+            return self._offline_extractor.extract(chunks, titles), []
+        extracted, quarantined = self._llm_extractor.extract(chunks, titles)
+        if extractor == "llm":
+            return extracted, quarantined
+        # hybrid: the spotters' entities (dictionary, patterns, NER) and the model's, per chunk. A chunk the model
+        # could not read keeps its spotter extraction, and its quarantine record says what the model did wrong.
+        by_model = {e.chunk_id: e for e in extracted}
+        return [
+            combine_extractions(spotted, by_model.get(spotted.chunk_id))
+            for spotted in self._offline_extractor.extract(chunks, titles)
+        ], quarantined
 
     def close(self) -> None:
-        for name in ("graph_store", "vector_store", "state"):
+        for name in ("graph_store", "vector_store", "state", "llm"):
             if name in self.__dict__:
                 self.__dict__[name].close()
 
@@ -114,6 +168,28 @@ class Workspace:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def combine_extractions(spotted: ChunkExtraction, by_model: ChunkExtraction | None) -> ChunkExtraction:
+    """One chunk's spotter and model extractions together. A name both found keeps the spotter's name and type when
+    the spotter matched the configured dictionary or patterns (the user's own vocabulary, with the model's
+    description), else takes the model's mention."""
+    if by_model is None:
+        return spotted
+    from graphrag_pipeline.lib.ids import normalize_name
+
+    trusted = {normalize_name(e.name): e for e in spotted.entities if e.spotter in ("dictionary", "pattern")}
+    entities: dict[str, EntityMention] = {normalize_name(e.name): e for e in spotted.entities}
+    for mention in by_model.entities:
+        key = normalize_name(mention.name)
+        if key not in trusted:
+            entities[key] = mention
+        elif mention.description:  # the user's type, the model's words about it
+            entities[key] = dataclasses.replace(trusted[key], description=mention.description)
+    relations: dict[tuple[str, str, str], RelationMention] = {}
+    for relation in (*spotted.relations, *by_model.relations):
+        relations[(normalize_name(relation.source), normalize_name(relation.target), relation.type)] = relation
+    return ChunkExtraction(spotted.chunk_id, tuple(entities.values()), tuple(relations.values()))
 
 
 def _resolve(provided):

@@ -40,7 +40,7 @@ def open_index(
         raise IndexNotFoundError(f"no index at {root.resolve()}: materialize the pipeline's assets first")
 
     from graphrag_pipeline.lib.backends import open_graph_store, open_vector_store
-    from graphrag_pipeline.lib.embedders import LocalEmbedder
+    from graphrag_pipeline.lib.embedders import configured_embedder
     from graphrag_pipeline.lib.state import StateStore
 
     return QueryEngine(
@@ -48,7 +48,7 @@ def open_index(
         state=StateStore(root / "state.sqlite", read_only=True),
         graph_store=open_graph_store(settings, read_only=True),
         vector_store=open_vector_store(settings, reader=True),
-        embedder=LocalEmbedder(settings.embedder, threads=settings.embedder.query_threads),
+        embedder=configured_embedder(settings, query=True),
     )
 
 

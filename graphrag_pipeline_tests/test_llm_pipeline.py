@@ -1,0 +1,216 @@
+"""The whole asset chain with extractor=llm, summarizer=llm and an HTTP embedder, materialized by Dagster against a
+real local server speaking the Ollama protocol (``fake_llm_server``): typed graph from the scripted output, faults
+retried or quarantined, zero calls on a second run of unchanged content, and the spend in every asset's metadata."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from dagster import DagsterInstance, Definitions, load_defs
+
+import graphrag_pipeline.defs
+from graphrag_pipeline.defs.partitions import SHARD_COUNT, shard_key
+from graphrag_pipeline.defs.resources import embedded_graphrag
+from graphrag_pipeline.lib.config import load_settings
+from graphrag_pipeline.lib.state import StateStore
+from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
+from graphrag_pipeline.query import open_index
+from graphrag_pipeline_tests.llm.fake_llm_server import (
+    OLLAMA_CHAT,
+    OLLAMA_EMBED,
+    FakeLLMServer,
+    Reply,
+    prompt_of,
+)
+from graphrag_pipeline_tests.test_dagster_chain import metadata, range_tags
+
+pytestmark = pytest.mark.slow
+
+DOCUMENTS = {
+    "payments.md": "# Payments API\n\npayments-api depends on ledger-db for balances. payments-api is owned by "
+                   "team-payments. The on-call engineer pages team-payments when payments-api fails.\n",
+    "checkout.md": "# Checkout\n\ncheckout-service calls payments-api to charge cards. checkout-service is owned by "
+                   "team-storefront.\n",
+    "ledger.md": "# Ledger\n\nledger-db stores balances for payments-api. ledger-db is owned by team-payments.\n",
+    "broken.md": "# Broken\n\nThis passage makes the model answer garbage: MALFORMED.\n",
+}
+# The "model": entity types and relationships it reports when it sees these names in a passage.
+TYPES = {"payments-api": "Service", "checkout-service": "Service", "ledger-db": "Service",
+         "team-payments": "Team", "team-storefront": "Team"}
+FACTS = [
+    ("payments-api", "DEPENDS_ON", "ledger-db"),
+    ("payments-api", "OWNED_BY", "team-payments"),
+    ("checkout-service", "DEPENDS_ON", "payments-api"),
+    ("checkout-service", "OWNED_BY", "team-storefront"),
+    ("ledger-db", "OWNED_BY", "team-payments"),
+    ("team-payments", "pages on failure of", "payments-api"),  # not an ontology type: RELATED_TO + predicate
+]
+
+
+def scripted_model(request: dict) -> str:
+    prompt = prompt_of(request)
+    if prompt.startswith("You write a report on one community"):
+        hint = re.search(r"Working title: (.*)", prompt).group(1)
+        return json.dumps({"title": f"Report on {hint}", "summary": f"{hint} work together.",
+                           "findings": [{"summary": "Ownership is clear", "explanation": "Every service has a team."}],
+                           "rating": 7, "rating_explanation": "Payments matter."})
+    if prompt.startswith("Below are descriptions of"):
+        name = re.search(r'descriptions of "(.*?)"', prompt).group(1)
+        return f"LLM summary of {name}."
+    passage = prompt.rsplit('Passage:\n"""', 1)[-1]
+    if "MALFORMED" in passage or "could not be used" in prompt:
+        return '{"entities": [{"name": "oops"'  # cut off, and the repair attempt is no better
+    entities = [{"name": n, "type": t, "description": f"{n} appears in: {passage.strip()[:60]}"}
+                for n, t in TYPES.items() if n in passage]
+    relationships = [{"source": s, "target": t, "type": p, "description": f"{s} {p} {t}", "strength": 8}
+                     for s, p, t in FACTS if s in passage and t in passage]
+    return json.dumps({"entities": entities, "relationships": relationships})
+
+
+@pytest.fixture(scope="module")
+def server():
+    server = FakeLLMServer().start()
+    server.chat_responder = scripted_model
+    yield server
+    server.stop()
+
+
+def write_project(root: Path, server: FakeLLMServer, **llm: object) -> Path:
+    corpus = root / "corpus"
+    corpus.mkdir()
+    for name, text in DOCUMENTS.items():
+        (corpus / name).write_text(text)
+    config = root / "graphrag.yaml"
+    config.write_text(yaml.safe_dump({
+        "index_dir": str(root / "index"),
+        "shard_count": SHARD_COUNT,
+        "sources": [{"name": "t", "kind": "folder", "path": str(corpus)}],
+        "extraction": {"extractor": "llm"},
+        "summaries": {"summarizer": "llm", "llm_min_descriptions": 2, "report_levels": [0, 1, 2, 3]},
+        "communities": {"min_size": 2},
+        "embedder": {"provider": "ollama", "model": "nomic-embed-text"},
+        "llm": {"provider": "ollama", "base_url": server.base_url, "model": "qwen2.5:7b", "timeout_seconds": 1.0,
+                "max_retries": 3, "backoff_seconds": 0.01, "max_backoff_seconds": 0.05, "concurrency": 1,
+                "prices": {"qwen2.5:7b": {"prompt_per_million": 0.5, "completion_per_million": 1.5}}, **llm},
+    }))
+    return config
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, server) -> Path:
+    return write_project(tmp_path_factory.mktemp("llm_pipeline"), server)
+
+
+def materialize(config: Path, expect_success: bool = True):
+    defs = Definitions.merge(
+        load_defs(graphrag_pipeline.defs),
+        Definitions(resources={"graphrag": embedded_graphrag(config_path=str(config))}),
+    )
+    result = defs.resolve_job_def("build_index").execute_in_process(
+        instance=DagsterInstance.ephemeral(), tags=range_tags(shard_key(0), shard_key(SHARD_COUNT - 1)),
+        raise_on_error=False,
+    )
+    assert result.success is expect_success
+    return result
+
+
+@pytest.fixture(scope="module")
+def first_run(project, server):
+    # Faults on the first chat requests: 429 with Retry-After, then a 500, then an answer slower than the timeout.
+    server.script(OLLAMA_CHAT, Reply(status=429, headers={"Retry-After": "0"}, body='{"error": "busy"}'),
+                  Reply(status=500, body='{"error": "boom"}'), Reply(delay=1.5, content="{}"))
+    return metadata(materialize(project))
+
+
+@pytest.fixture(scope="module")
+def second_run(project, server, first_run):
+    before = len(server.requests)
+    result = metadata(materialize(project))
+    return result, len(server.requests) - before
+
+
+def test_graph_holds_the_typed_entities_and_relationships_the_model_reported(project, first_run):
+    settings = load_settings(project)
+    with EmbeddedGraphStore(Path(settings.index_dir) / "graph.sqlite", read_only=True) as graph:
+        entities = {e.name: e for e in graph.list_entities(offset=0, limit=100, order_by="name")}
+        assert {name: entities[name].type for name in TYPES} == TYPES
+        relationships = graph.get_relationships(graph.all_relationship_ids()).values()
+    names = {e.entity_id: e.name for e in entities.values()}
+    facts = {(names[r.source_id], r.type, names[r.target_id]): r for r in relationships}
+    for source, kind, target in FACTS[:5]:
+        assert (source, kind, target) in facts
+    # RELATED_TO has no direction, so the merge stores it one way round whatever the model said.
+    [fallback] = [r for (s, kind, t), r in facts.items()
+                  if kind == "RELATED_TO" and {s, t} == {"team-payments", "payments-api"}]
+    assert fallback.predicates == ("pages on failure of",)
+
+
+def test_faults_were_retried_and_bad_output_quarantined_without_losing_the_run(project, first_run):
+    extraction = first_run["extracted_elements"]
+    assert extraction["llm_retries"] >= 3  # the 429, the 500 and the timeout
+    settings = load_settings(project)
+    with StateStore(Path(settings.index_dir) / "state.sqlite", read_only=True) as state:
+        quarantined = state.quarantined("extraction")
+        broken_chunks = {c.chunk_id for c in state.chunks() if "MALFORMED" in c.text}
+        good_chunks = {c.chunk_id for c in state.chunks()} - broken_chunks
+    assert {q.item_id for q in quarantined} == broken_chunks
+    assert all("unusable model output" in q.reason and '"oops"' in q.raw for q in quarantined)
+    assert extraction["quarantined"] == len(broken_chunks)
+    assert extraction["extracted"] == len(good_chunks)
+
+
+def test_metadata_shows_calls_cache_hits_tokens_and_cost_per_asset(first_run):
+    for asset in ("embeddings", "extracted_elements", "element_summaries", "graph", "community_summaries"):
+        for key in ("llm_calls", "llm_cache_hits", "llm_prompt_tokens", "llm_completion_tokens", "llm_cost_usd"):
+            assert key in first_run[asset], (asset, key)
+    extraction = first_run["extracted_elements"]
+    assert extraction["llm_calls"] >= len(DOCUMENTS) and extraction["llm_prompt_tokens"] > 0
+    assert extraction["llm_cost_usd"] == pytest.approx(
+        (extraction["llm_prompt_tokens"] * 0.5 + extraction["llm_completion_tokens"] * 1.5) / 1e6
+    )
+    assert first_run["embeddings"]["llm_calls"] >= 1  # the HTTP embedder's calls count too
+    assert first_run["element_summaries"]["llm_summarized"] > 0
+    assert first_run["community_summaries"]["llm_reports"] > 0
+    assert "llm_calls" not in first_run["raw_documents"]  # no model behind ingestion
+
+
+def test_summaries_and_community_reports_come_from_the_model(project, first_run):
+    settings = load_settings(project)
+    with StateStore(Path(settings.index_dir) / "state.sqlite", read_only=True) as state:
+        descriptions = [p["description"] for p in state.element_payloads("entity").values()]
+        reports = list(state.community_summary_payloads().values())
+    assert any(d.startswith("LLM summary of payments-api") for d in descriptions)
+    assert reports and all(r["title"].startswith("Report on ") and r["rating"] == 7 for r in reports)
+    with open_index(project) as index:
+        response = index.query("Which payments communities matter?", mode="global", top_k=3)
+    assert response.results and response.results[0].text.splitlines()[-1].startswith("- Ownership is clear")
+
+
+def test_a_second_run_of_unchanged_content_makes_no_http_call(first_run, second_run):
+    meta, requests = second_run
+    assert requests == 0
+    assert meta["extracted_elements"]["llm_calls"] == 0
+    assert meta["extracted_elements"]["llm_cache_hits"] > 0  # the quarantined chunk is re-read from the cache
+    assert meta["community_summaries"]["reused"] == first_run["community_summaries"]["communities"]
+    assert meta["embeddings"]["llm_calls"] == 0
+
+
+def test_a_budget_cap_stops_the_run_cleanly_before_it_overspends(tmp_path, server):
+    # Each call may cost up to 2048 completion tokens at $1.5/M (~$0.003): the cap allows about one call.
+    budget = 0.004
+    config = write_project(tmp_path, server, budget_usd=budget)
+    before = server.count(OLLAMA_CHAT)
+    result = materialize(config, expect_success=False)
+
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert failure.step_key == "extracted_elements"
+    assert "LLM budget reached" in failure.step_failure_data.error.message
+    spent = failure.step_failure_data.user_failure_data.metadata
+    assert spent["llm_cost_usd"].value <= budget
+    chat_calls = server.count(OLLAMA_CHAT) - before
+    assert 0 < chat_calls < len(DOCUMENTS) and spent["llm_calls"].value == chat_calls
+    assert result.is_node_success("embeddings")  # what came before the cap is kept
