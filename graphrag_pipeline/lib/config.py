@@ -273,6 +273,19 @@ class PipelineSettings(StrictModel):
             raise ValueError(f"relation_patterns name types missing from the ontology: {sorted(unknown_rel)}")
         return self
 
+    @model_validator(mode="after")
+    def _embedding_priced_when_budgeted(self) -> "PipelineSettings":
+        # The HTTP embedder's calls count against the same budget; an unpriced embedding model would escape it.
+        if self.llm.budget_usd is None or self.embedder.provider == "local":
+            return self
+        model = self.embedder.model or self.llm.embedding_model
+        if model not in self.llm.prices:
+            raise ValueError(
+                f"llm.budget_usd is set but llm.prices has no entry for the embedding model {model!r} "
+                f"(embedder.provider is {self.embedder.provider!r}); add one (0 for a free model) or unset the budget"
+            )
+        return self
+
     def with_overrides(self, **changes: Any) -> "PipelineSettings":
         return PipelineSettings.model_validate(deep_merge(self.model_dump(), changes))
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
 from graphrag_pipeline.lib.config import EmbedderConfig, PriceSpec
+from graphrag_pipeline.lib.llm import clients
 from graphrag_pipeline.lib.llm.clients import (
+    CIRCUIT_BREAKER_COOLDOWN_SECONDS,
+    CIRCUIT_BREAKER_THRESHOLD,
     ChatClient,
     ChatMessage,
     LLMError,
@@ -44,9 +49,8 @@ def test_completion_text_and_token_accounting(llm_server, provider):
 
     completion = client.complete(HELLO)
 
-    assert completion.text == "hello there" and not completion.cached
+    assert completion.text == "hello there"
     assert (completion.prompt_tokens, completion.completion_tokens) == (1000, 500)
-    assert completion.model == "priced-model"
     usage = client.usage
     assert (usage.calls, usage.prompt_tokens, usage.completion_tokens, usage.retries) == (1, 1000, 500, 0)
     assert usage.cost_usd == pytest.approx((1000 * 2.0 + 500 * 10.0) / 1e6)
@@ -75,11 +79,35 @@ def test_structured_output_requests_carry_the_schema(llm_server):
     assert "format" not in unstructured
 
 
+def test_length_cap_is_sent_in_each_protocol_s_own_field(llm_server):
+    chat_client(llm_config(llm_server, "openai", max_completion_tokens=321)).complete(HELLO)
+    chat_client(llm_config(llm_server, "ollama", max_completion_tokens=321)).complete(HELLO)
+    [openai_body] = llm_server.bodies(OPENAI_CHAT)
+    assert openai_body["max_completion_tokens"] == 321 and "max_tokens" not in openai_body  # o-series reject it
+    [ollama_body] = llm_server.bodies(OLLAMA_CHAT)
+    assert ollama_body["options"]["num_predict"] == 321
+
+
 def test_api_key_comes_from_the_named_environment_variable(llm_server, monkeypatch):
     monkeypatch.setenv("FAKE_LLM_KEY", "sk-test-123")
     chat_client(llm_config(llm_server, "openai", api_key_env="FAKE_LLM_KEY")).complete(HELLO)
     chat_client(llm_config(llm_server, "openai", api_key_env="UNSET_FAKE_LLM_KEY")).complete(HELLO)
     assert llm_server.authorizations == ["Bearer sk-test-123", None]
+
+
+def test_api_key_goes_to_the_openai_provider_only(llm_server, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-for-ollama")
+    monkeypatch.setenv("OLLAMA_BASE_URL", llm_server.base_url)
+    monkeypatch.setenv("OPENAI_BASE_URL", llm_server.base_url)
+    dead = "http://127.0.0.1:9"  # llm.base_url belongs to the chat provider: an embedder on another one ignores it
+
+    chat_client(llm_config(llm_server, "ollama")).complete(HELLO)
+    http_embedder(EmbedderConfig(provider="ollama"), llm_config(llm_server, "openai", base_url=dead)).embed(["a"])
+    http_embedder(EmbedderConfig(provider="openai"), llm_config(llm_server, "ollama", base_url=dead)).embed(["a"])
+    http_embedder(EmbedderConfig(provider="ollama"), llm_config(llm_server, "ollama")).embed(["a"])  # same provider
+
+    assert [path for path, _ in llm_server.requests] == [OLLAMA_CHAT, OLLAMA_EMBED, OPENAI_EMBEDDINGS, OLLAMA_EMBED]
+    assert llm_server.authorizations == [None, None, "Bearer sk-not-for-ollama", None]
 
 
 def test_base_url_defaults_come_from_the_environment(llm_server, monkeypatch):
@@ -152,6 +180,181 @@ def test_persistent_500_raises_after_the_retries(llm_server):
         client.complete(HELLO)
     assert llm_server.count(OLLAMA_CHAT) == 3
     assert client.usage.retries == 2 and client.usage.calls == 0
+
+
+@pytest.mark.parametrize("provider, complaint", [
+    ("openai", {"error": {"message": "Unrecognized request argument supplied: response_format"}}),
+    ("ollama", {"error": "invalid format: expected \"json\" or a JSON schema"}),
+])
+def test_a_server_without_structured_output_gets_the_call_again_without_schema(llm_server, caplog, provider,
+                                                                                complaint):
+    client = chat_client(llm_config(llm_server, provider))
+    path = CHAT_PATHS[provider]
+    schema_field = "response_format" if provider == "openai" else "format"
+    llm_server.script(path, Reply(status=400, body=complaint), Reply(content='{"greeting": "hi"}'))
+
+    with caplog.at_level(logging.WARNING, logger=clients.__name__):
+        assert client.complete(HELLO, json_schema=SCHEMA).text == '{"greeting": "hi"}'
+        assert client.complete(HELLO, json_schema=SCHEMA).text  # remembered: no schema, no second rejection
+
+    rejected, retried, later = llm_server.bodies(path)
+    assert schema_field in rejected and schema_field not in retried and schema_field not in later
+    assert client.usage.calls == 2 and client.usage.retries == 1
+    assert sum("rejected the structured-output request" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_other_rejections_are_not_mistaken_for_missing_structured_output(llm_server):
+    client = chat_client(llm_config(llm_server, "openai"))
+    llm_server.script(OPENAI_CHAT, Reply(status=400, body={"error": "model 'x' not found"}))
+    with pytest.raises(LLMError, match="HTTP 400"):
+        client.complete(HELLO, json_schema=SCHEMA)
+    assert llm_server.count(OPENAI_CHAT) == 1
+
+    # A complaint about some other format: the call without schema fails too, so schemas keep being sent.
+    bad_messages = Reply(status=400, body={"error": "invalid message format"})
+    llm_server.script(OPENAI_CHAT, bad_messages, bad_messages)
+    with pytest.raises(LLMError, match="invalid message format"):
+        client.complete(HELLO, json_schema=SCHEMA)
+    client.complete(HELLO, json_schema=SCHEMA)
+    assert "response_format" in llm_server.bodies(OPENAI_CHAT)[-1]
+
+
+def test_circuit_breaker_fails_fast_while_the_server_is_down(llm_server, monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(clients, "_clock", lambda: now[0])
+    client = chat_client(llm_config(llm_server, "ollama", max_retries=1), sleep=lambda seconds: None)  # 2 attempts
+    down = Reply(status=500, body={"error": "down"})
+
+    def failing_calls(count: int) -> None:
+        llm_server.script(OLLAMA_CHAT, *[down] * (2 * count))
+        for _ in range(count):
+            with pytest.raises(LLMError, match="after 2 attempts"):
+                client.complete(HELLO)
+
+    failing_calls(CIRCUIT_BREAKER_THRESHOLD - 1)
+    assert client.complete(HELLO).text  # a success resets the count
+    failing_calls(CIRCUIT_BREAKER_THRESHOLD)
+    requests = llm_server.count(OLLAMA_CHAT)
+    assert requests == 2 * (2 * CIRCUIT_BREAKER_THRESHOLD - 1) + 1
+
+    for _ in range(3):
+        with pytest.raises(LLMError, match="server unavailable"):
+            client.complete(HELLO)
+    assert llm_server.count(OLLAMA_CHAT) == requests  # no network attempts
+    assert client.usage.calls == 1
+
+    now[0] += CIRCUIT_BREAKER_COOLDOWN_SECONDS  # one probe goes out; the server is back, so calls resume
+    assert client.complete(HELLO).text and client.complete(HELLO).text
+    assert llm_server.count(OLLAMA_CHAT) == requests + 2
+
+
+def test_a_rate_limit_or_a_rejection_does_not_open_the_circuit(llm_server):
+    client = chat_client(llm_config(llm_server, "ollama", max_retries=0))
+    llm_server.script(OLLAMA_CHAT, *[Reply(status=500, body="{}")] * (CIRCUIT_BREAKER_THRESHOLD - 1),
+                      Reply(status=400, body="{}"), *[Reply(status=500, body="{}")] * (CIRCUIT_BREAKER_THRESHOLD - 1))
+    for _ in range(2 * CIRCUIT_BREAKER_THRESHOLD - 1):
+        with pytest.raises(LLMError):
+            client.complete(HELLO)
+    assert client.complete(HELLO).text  # the 400 showed the server was up: the count started over
+    assert llm_server.count(OLLAMA_CHAT) == 2 * CIRCUIT_BREAKER_THRESHOLD
+
+
+def test_close_closes_the_connection_pool(llm_server):
+    chat = chat_client(llm_config(llm_server, "ollama"))
+    embedder = http_embedder(EmbedderConfig(provider="ollama"), llm_config(llm_server))
+    chat.complete(HELLO)
+    embedder.embed(["a"])
+
+    chat.close()
+    embedder.close()
+    embedder.close()  # twice is harmless
+
+    assert chat._http._client.is_closed and embedder._http._client.is_closed
+    with pytest.raises(LLMError, match="closed"):
+        chat.complete(HELLO)
+    with pytest.raises(LLMError, match="closed"):
+        embedder.embed(["b"])
+    assert len(llm_server.requests) == 2
+
+
+def _openai_reply(content, usage=None):
+    return {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 3} if usage is None else usage}
+
+
+@pytest.mark.parametrize("body, text, tokens", [
+    (_openai_reply([{"type": "text", "text": '{"a": '}, {"type": "text", "text": "1}"}]), '{"a": 1}', (7, 3)),
+    (_openai_reply("hi", {"prompt_tokens": "many", "completion_tokens": None}), "hi", (3, 1)),
+    (_openai_reply("hi", ["not", "an", "object"]), "hi", (3, 1)),
+    (_openai_reply("hi", {"prompt_tokens": 1e400, "completion_tokens": True}), "hi", (3, 1)),
+])
+def test_odd_openai_replies_are_read_where_they_can_be(llm_server, body, text, tokens):
+    client = chat_client(llm_config(llm_server, "openai"))
+    llm_server.script(OPENAI_CHAT, Reply(body=body))
+    completion = client.complete(HELLO)  # "Say hello." is 3 tokens by estimate
+    assert (completion.text, completion.prompt_tokens, completion.completion_tokens) == (text, *tokens)
+
+
+@pytest.mark.parametrize("body", [
+    _openai_reply([{"type": "image_url", "image_url": {"url": "x"}}]),
+    _openai_reply(["plain string part"]),
+    _openai_reply({"type": "text", "text": "a dict"}),
+    _openai_reply(42),
+    _openai_reply(None),
+    {"choices": [{"message": {"role": "assistant", "content": None, "refusal": "I can't help with that."}}]},
+    {"choices": [{"message": "text"}]},
+    {"choices": {"0": {"message": {"content": "hi"}}}},
+    {"choices": []},
+    '"just a string"',
+    "not json",
+])
+def test_unusable_openai_replies_are_llm_errors(llm_server, body):
+    client = chat_client(llm_config(llm_server, "openai"))
+    llm_server.script(OPENAI_CHAT, Reply(body=body))
+    with pytest.raises(LLMError):
+        client.complete(HELLO)
+    assert client.usage.calls == 0
+
+
+def test_odd_ollama_replies(llm_server):
+    client = chat_client(llm_config(llm_server, "ollama"))
+    llm_server.script(
+        OLLAMA_CHAT,
+        Reply(body={"message": {"role": "assistant", "content": "hi"}, "prompt_eval_count": "x", "eval_count": [1]}),
+        Reply(body={"message": {"role": "assistant", "content": ["hi"]}}),
+    )
+    completion = client.complete(HELLO)
+    assert (completion.text, completion.prompt_tokens, completion.completion_tokens) == ("hi", 3, 1)
+    with pytest.raises(LLMError):
+        client.complete(HELLO)
+
+
+@pytest.mark.parametrize("provider, body", [
+    ("openai", {"data": [{"index": 0, "embedding": [1.0, 0.0]}], "usage": {"prompt_tokens": "two"}}),
+    ("openai", {"data": [{"index": 0, "embedding": [1.0, 0.0]}], "usage": "none"}),
+    ("ollama", {"embeddings": [[1.0, 0.0]], "prompt_eval_count": {"n": 2}}),
+])
+def test_embedding_token_counts_that_are_not_numbers_fall_back_to_estimates(llm_server, provider, body):
+    embedder = http_embedder(EmbedderConfig(provider=provider), llm_config(llm_server, provider))
+    llm_server.script(EMBED_PATHS[provider], Reply(body=body))
+    assert embedder.embed(["text"]).shape == (1, 2)
+    assert embedder.usage.prompt_tokens == 2  # "text": 4 characters, 2 tokens by estimate
+
+
+@pytest.mark.parametrize("provider, body, texts", [
+    ("openai", {"data": "nope"}, ["a"]),
+    ("openai", {"data": [{"index": "0", "embedding": [1.0]}, {"index": 1, "embedding": [1.0]}]}, ["a", "b"]),
+    ("openai", '{"data": [{"index": 0, "embedding": [NaN, 1.0]}]}', ["a"]),
+    ("ollama", {"embeddings": [{"values": [1.0]}]}, ["a"]),
+    ("ollama", {"embeddings": [[]]}, ["a"]),
+    ("ollama", {"embeddings": [[1.0, 2.0], [3.0]]}, ["a", "b"]),
+])
+def test_unusable_embedding_replies_are_llm_errors(llm_server, provider, body, texts):
+    embedder = http_embedder(EmbedderConfig(provider=provider), llm_config(llm_server, provider))
+    llm_server.script(EMBED_PATHS[provider], Reply(body=body))
+    with pytest.raises(LLMError):
+        embedder.embed(texts)
+    assert embedder.usage.calls == 0
 
 
 def test_client_errors_are_not_retried_and_never_show_the_key(llm_server, monkeypatch):

@@ -31,6 +31,8 @@ def test_user_prices_merge_over_the_defaults():
 @pytest.mark.parametrize("bad", [
     {"llm": {"provider": "anthropic"}},
     {"llm": {"model": "unpriced", "budget_usd": 1}},
+    {"llm": {"embedding_model": "unpriced-embed", "budget_usd": 1}, "embedder": {"provider": "ollama"}},
+    {"llm": {"budget_usd": 1}, "embedder": {"provider": "openai", "model": "unpriced-embed"}},
     {"llm": {"api_key": "sk-in-config"}},  # the key belongs in the environment
     {"llm": {"concurrency": 0}},
     {"extraction": {"max_gleanings": 4}},
@@ -41,3 +43,11 @@ def test_user_prices_merge_over_the_defaults():
 def test_invalid_llm_configuration_is_rejected(bad):
     with pytest.raises((ValidationError, ValueError)):
         settings(**bad)
+
+
+def test_a_budget_needs_a_price_for_the_http_embedding_model():
+    with pytest.raises(ValidationError, match="no entry for the embedding model 'unpriced-embed'"):
+        settings(llm={"budget_usd": 1}, embedder={"provider": "openai", "model": "unpriced-embed"})
+    # The local model costs nothing and makes no calls; a priced HTTP model is fine.
+    assert settings(llm={"budget_usd": 1, "embedding_model": "unpriced-embed"}).llm.budget_usd == 1
+    assert settings(llm={"budget_usd": 1}, embedder={"provider": "openai", "model": "text-embedding-3-small"})

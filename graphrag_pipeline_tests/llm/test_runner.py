@@ -55,7 +55,8 @@ def test_a_changed_template_version_calls_again(llm_server, tmp_path):
     assert edited.version != ECHO.version
 
     runner.complete_cached(ECHO, {"text": "hi"})
-    assert runner.complete_cached(ECHO, {"text": "hi"}).cached
+    runner.complete_cached(ECHO, {"text": "hi"})
+    assert llm_server.count(OLLAMA_CHAT) == 1 and runner.usage.cache_hits == 1
     runner.complete_cached(edited, {"text": "hi"})
     runner.complete_cached(ECHO, {"text": "other input"})
 
@@ -71,6 +72,17 @@ def test_cache_keys_include_provider_model_and_schema(llm_server, tmp_path):
         ECHO, {"text": "hi"}, json_schema={"type": "object"}
     )
     assert llm_server.count(OLLAMA_CHAT) + llm_server.count(OPENAI_CHAT) == 4
+
+
+@pytest.mark.parametrize("change", [{"max_completion_tokens": 4096}, {"temperature": 0.7},
+                                    {"structured_output": False}])
+def test_cache_keys_include_the_settings_that_change_answers(llm_server, tmp_path, change):
+    # An answer cut off at the old length cap must not be served after the cap is raised.
+    cache = LLMCache(tmp_path / "cache.sqlite")
+    schema = {"type": "object"}
+    for config in (llm_config(llm_server), llm_config(llm_server), llm_config(llm_server, **change)):
+        LLMRunner(chat_client(config), cache).complete_cached(ECHO, {"text": "hi"}, json_schema=schema)
+    assert llm_server.count(OLLAMA_CHAT) == 2 and len(cache) == 2
 
 
 def test_failed_calls_are_not_cached(llm_server, tmp_path):
@@ -101,17 +113,18 @@ def test_budget_stops_before_the_call_that_could_overspend(llm_server):
 
 
 def test_budget_counts_calls_in_flight(llm_server):
-    # Two workers could each pass a check against what is already spent; reservations make the second one wait
-    # for nothing and fail instead.
+    # Each call really costs its whole reservation, $0.10: four workers that each checked only what is already
+    # spent would all go out and spend $0.40. Reservations let one call out at a time, and after it none fits.
     config = llm_config(
         llm_server, model="pricey", prices={"pricey": PriceSpec(completion_per_million=1000.0)},
         max_completion_tokens=100, budget_usd=0.15, concurrency=4,
     )
-    llm_server.script(OLLAMA_CHAT, *[Reply(content="ok", completion_tokens=10, delay=0.2)] * 4)
+    llm_server.script(OLLAMA_CHAT, *[Reply(content="ok", completion_tokens=100, delay=0.2)] * 4)
     runner = LLMRunner(chat_client(config), concurrency=4)
     with pytest.raises(BudgetExceeded):
         runner.map(lambda text: runner.complete_cached(ECHO, {"text": text}), ["a", "b", "c", "d"])
     assert runner.usage.cost_usd <= 0.15
+    assert runner.usage.calls == 1 and llm_server.count(OLLAMA_CHAT) == 1 and llm_server.max_in_flight == 1
 
 
 def test_budget_needs_prices(llm_server):
@@ -121,14 +134,15 @@ def test_budget_needs_prices(llm_server):
 
 @pytest.mark.parametrize("runner_concurrency, client_concurrency", [(2, 8), (8, 2)])
 def test_concurrency_is_bounded(llm_server, runner_concurrency, client_concurrency):
-    llm_server.script(OLLAMA_CHAT, *[Reply(content="ok", delay=0.05)] * 12)
+    # Each answer takes a while, so requests allowed to overlap do overlap; the smaller limit caps them.
+    llm_server.script(OLLAMA_CHAT, *[Reply(content="ok", delay=0.2)] * 6)
     runner = LLMRunner(chat_client(llm_config(llm_server, concurrency=client_concurrency)),
                        concurrency=runner_concurrency)
 
-    answers = runner.map(lambda text: runner.complete_cached(ECHO, {"text": text}).text, [str(i) for i in range(12)])
+    answers = runner.map(lambda text: runner.complete_cached(ECHO, {"text": text}).text, [str(i) for i in range(6)])
 
-    assert answers == ["ok"] * 12
-    assert 1 <= llm_server.max_in_flight <= 2
+    assert answers == ["ok"] * 6
+    assert llm_server.max_in_flight == 2
 
 
 def test_map_keeps_order_and_raises_the_first_error():

@@ -1,7 +1,8 @@
 """Persistent cache of model completions, so re-running unchanged content makes no calls.
 
 A completion is keyed by what determines it: provider, model, prompt-template version and a hash of the input (the
-rendered prompt and the schema asked for). Editing a template changes its version and so every key that used it;
+rendered prompt, the schema asked for, and the generation settings that change answers: temperature, the completion
+length cap, structured output on or off). Editing a template changes its version and so every key that used it;
 nothing needs to be invalidated by hand. One SQLite file (WAL, so readers never wait for the writer), shared by all
 threads of a process through one connection behind a lock.
 """
@@ -52,7 +53,7 @@ class LLMCache:
             ).fetchone()
         if row is None:
             return None
-        return Completion(text=row[0], prompt_tokens=row[1], completion_tokens=row[2], model=model, cached=True)
+        return Completion(text=row[0], prompt_tokens=row[1], completion_tokens=row[2])
 
     def put(self, provider: str, model: str, template_version: str, input_hash: str, completion: Completion) -> None:
         key = cache_key(provider, model, template_version, input_hash)

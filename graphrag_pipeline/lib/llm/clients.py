@@ -3,23 +3,37 @@
 Wire protocols:
 
 - OpenAI: ``POST /v1/chat/completions`` (structured output as ``response_format`` ``json_schema``, ``strict: false``
-  so schemas need not list every property as required) and ``POST /v1/embeddings``; tokens from ``usage``.
+  so schemas need not list every property as required; the length cap as ``max_completion_tokens``, since o-series
+  models reject the deprecated ``max_tokens``) and ``POST /v1/embeddings``; tokens from ``usage``.
 - Ollama: ``POST /api/chat`` (structured output as ``format: <schema>``) and ``POST /api/embed``; tokens from
   ``prompt_eval_count`` / ``eval_count``.
 
 Every request goes through ``JsonHttp``: at most ``concurrency`` requests in flight per client, a timeout, and retries
 on 429, 5xx, timeouts and connection errors with exponential backoff and full jitter (a server's ``Retry-After`` is
 waited out instead, capped at ``max_backoff_seconds`` so a server cannot park the pipeline for an hour). Other 4xx
-are the caller's mistake and fail at once. Before each call the budget is checked (``Usage.reserve``), so a run
-stops before it overspends rather than after. The API key is read from the environment variable the configuration
-names and sent as a Bearer token; it is never logged or put into an error message.
+are the caller's mistake and fail at once. After ``CIRCUIT_BREAKER_THRESHOLD`` consecutive calls have failed for
+good because the server was unreachable (connection errors, timeouts, 5xx), further calls fail at once without a
+request ("server unavailable") until a probe after ``CIRCUIT_BREAKER_COOLDOWN_SECONDS`` succeeds, so a server that is
+down does not cost every chunk a full backoff sequence. Before each call the budget is checked (``Usage.reserve``),
+so a run stops before it overspends rather than after.
+
+A server that rejects the structured-output request (HTTP 400 naming the format or schema: older Ollama, llama.cpp
+builds) gets the call again without the schema, and no schema for the rest of the client's life; the prompts ask for
+JSON anyway. Replies that are not what the protocol promises (content that is not text, missing fields) raise
+``LLMError``, which callers retry later or quarantine; token counts that are missing or not numbers fall back to
+estimates.
+
+The API key is read from the environment variable the configuration names (``llm.api_key_env``) and sent as a Bearer
+token to the openai provider only, never to Ollama; it is never logged or put into an error message.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -39,10 +53,34 @@ DEFAULT_OLLAMA_BASE_URL = "http://localhost:11434"
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com"
 DEFAULT_EMBEDDING_MAX_TOKENS = 8192
 ERROR_BODY_CHARS = 500  # enough of a server's error body to see what it complained about
+# Consecutive calls that failed after all their retries because the server was unreachable (connection errors,
+# timeouts, 5xx) before the client stops trying: five full backoff sequences are evidence enough that the server is
+# down, and each further one would only cost minutes before the same error.
+CIRCUIT_BREAKER_THRESHOLD = 5
+# While the breaker is open, one call per this many seconds goes out as a probe; its success closes the breaker (a
+# long-lived process, e.g. a query server embedding questions, recovers once the server is back).
+CIRCUIT_BREAKER_COOLDOWN_SECONDS = 30.0
+# A 400/422 whose body names one of these is taken as the server not supporting structured output.
+_STRUCTURED_OUTPUT_REJECTION = re.compile(r"format|schema", re.IGNORECASE)
+_clock = time.monotonic  # module level so tests can move time forward
 
 
 class LLMError(RuntimeError):
     """A model call that failed for good: retries exhausted, a request the server rejects, or an unusable reply."""
+
+
+class LLMRequestRejected(LLMError):
+    """The server refused the request itself (a 4xx other than 429): sending it again unchanged cannot help."""
+
+    def __init__(self, message: str, status_code: int, body_excerpt: str):
+        super().__init__(message)
+        self.status_code = status_code
+        self.body_excerpt = body_excerpt
+
+    @property
+    def rejects_structured_output(self) -> bool:
+        """Whether the complaint is about the requested output format (a server without structured output)."""
+        return self.status_code in (400, 422) and bool(_STRUCTURED_OUTPUT_REJECTION.search(self.body_excerpt))
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +94,6 @@ class Completion:
     text: str
     prompt_tokens: int
     completion_tokens: int
-    model: str
-    cached: bool = False  # served from the persistent cache: no call was made
 
 
 @runtime_checkable
@@ -72,6 +108,11 @@ class ChatClient(Protocol):
 
     @property
     def usage(self) -> Usage: ...
+
+    @property
+    def generation_settings(self) -> dict[str, Any]:
+        """What besides the prompt and the schema changes an answer (part of the completion cache key)."""
+        ...
 
     def complete(
         self, messages: Sequence[ChatMessage], *, json_schema: dict[str, Any] | None = None, schema_name: str = "output"
@@ -112,6 +153,12 @@ class JsonHttp:
         self._usage = usage
         self._sleep = sleep
         self._slots = threading.BoundedSemaphore(config.concurrency)
+        self._closed = False
+        # Circuit breaker state, under its lock: see CIRCUIT_BREAKER_THRESHOLD.
+        self._circuit_lock = threading.Lock()
+        self._consecutive_unavailable = 0
+        self._circuit_open_until = 0.0
+        self._last_unavailable_error = ""
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(
             base_url=base_url,
@@ -121,24 +168,34 @@ class JsonHttp:
         )
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self._closed:
+            raise LLMError(f"POST {self.base_url}{path} not attempted: the client is closed")
+        self._check_circuit(path)
         attempts = self._config.max_retries + 1
         last_error = ""
+        unavailable = False  # whether the last failure says the server is unreachable (feeds the circuit breaker)
         for attempt in range(attempts):
             retry_after: float | None = None
             try:
                 with self._slots:
                     response = self._client.post(path, json=body)
             except httpx.TransportError as error:  # timeouts, refused or dropped connections
-                last_error = f"{type(error).__name__}: {error}"
+                last_error, unavailable = f"{type(error).__name__}: {error}", True
+            except httpx.RequestError as error:  # a reply that could not be read (bad encoding, redirect loop)
+                last_error, unavailable = f"{type(error).__name__}: {error}", False
             else:
                 if response.is_success:
+                    self._server_answered()
                     return _json_body(response, path)
                 excerpt = response.text[:ERROR_BODY_CHARS]
                 if response.status_code != 429 and response.status_code < 500:
-                    raise LLMError(
-                        f"POST {self.base_url}{path} was rejected with HTTP {response.status_code}: {excerpt}"
+                    self._server_answered()
+                    raise LLMRequestRejected(
+                        f"POST {self.base_url}{path} was rejected with HTTP {response.status_code}: {excerpt}",
+                        response.status_code, excerpt,
                     )
                 last_error = f"HTTP {response.status_code}: {excerpt}"
+                unavailable = response.status_code >= 500
                 retry_after = _retry_after_seconds(response.headers.get("Retry-After"))
             if attempt + 1 == attempts:
                 break
@@ -147,7 +204,41 @@ class JsonHttp:
             log.warning("POST %s%s failed (%s); retry %d/%d in %.2fs", self.base_url, path, last_error,
                         attempt + 1, self._config.max_retries, wait)
             self._sleep(wait)
+        if unavailable:
+            self._server_unavailable(last_error)
         raise LLMError(f"POST {self.base_url}{path} failed after {attempts} attempts: {last_error}")
+
+    def _check_circuit(self, path: str) -> None:
+        """Fail at once while the breaker is open; once the cooldown is over, let one call through as a probe."""
+        with self._circuit_lock:
+            if self._consecutive_unavailable < CIRCUIT_BREAKER_THRESHOLD:
+                return
+            now = _clock()
+            if now < self._circuit_open_until:
+                raise LLMError(
+                    f"POST {self.base_url}{path} not attempted: server unavailable "
+                    f"({self._consecutive_unavailable} consecutive calls failed after all retries, last: "
+                    f"{self._last_unavailable_error}); next try in {self._circuit_open_until - now:.0f}s"
+                )
+            self._circuit_open_until = now + CIRCUIT_BREAKER_COOLDOWN_SECONDS  # the others wait for this probe
+
+    def _server_answered(self) -> None:
+        with self._circuit_lock:
+            if self._consecutive_unavailable >= CIRCUIT_BREAKER_THRESHOLD:
+                log.warning("%s answers again; calls resume", self.base_url)
+            self._consecutive_unavailable = 0
+            self._circuit_open_until = 0.0
+
+    def _server_unavailable(self, error: str) -> None:
+        with self._circuit_lock:
+            self._consecutive_unavailable += 1
+            self._last_unavailable_error = error
+            if self._consecutive_unavailable >= CIRCUIT_BREAKER_THRESHOLD:
+                self._circuit_open_until = _clock() + CIRCUIT_BREAKER_COOLDOWN_SECONDS
+                if self._consecutive_unavailable == CIRCUIT_BREAKER_THRESHOLD:
+                    log.warning("%s looks down: %d consecutive calls failed after all retries (last: %s); further "
+                                "calls fail at once, one probe every %.0fs", self.base_url,
+                                self._consecutive_unavailable, error, CIRCUIT_BREAKER_COOLDOWN_SECONDS)
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         cap = self._config.max_backoff_seconds
@@ -157,6 +248,7 @@ class JsonHttp:
         return random.uniform(0, min(cap, self._config.backoff_seconds * 2**attempt))
 
     def close(self) -> None:
+        self._closed = True
         self._client.close()
 
 
@@ -185,8 +277,22 @@ def _retry_after_seconds(value: str | None) -> float | None:
         return None
 
 
-def _api_key(config: LLMConfig) -> str | None:
+def _api_key(provider: str, config: LLMConfig) -> str | None:
+    """The key for ``provider``: only the openai provider gets one; Ollama needs none and must not see it."""
+    if provider != "openai":
+        return None
     return os.environ.get(config.api_key_env) or None
+
+
+def _token_count(value: Any, fallback: int) -> int:
+    """A token count from a reply when it is a positive finite number, else ``fallback`` (absent, null, garbled)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return fallback
+    return int(value)
+
+
+def _excerpt(data: Any) -> str:
+    return str(data)[:ERROR_BODY_CHARS]
 
 
 def _prompt_tokens_estimate(messages: Sequence[ChatMessage]) -> int:
@@ -204,8 +310,11 @@ class HttpChatClient:
         self._usage = usage or Usage(config.prices, config.budget_usd)
         self._usage.require_price(config.model)
         self._http = JsonHttp(
-            resolve_base_url(self.provider, config.base_url), config, self._usage, api_key=_api_key(config), sleep=sleep
+            resolve_base_url(self.provider, config.base_url), config, self._usage,
+            api_key=_api_key(self.provider, config), sleep=sleep,
         )
+        self._schema_unsupported = False  # the server rejected structured output once: stop sending schemas
+        self._schema_lock = threading.Lock()
 
     @property
     def model(self) -> str:
@@ -215,6 +324,14 @@ class HttpChatClient:
     def usage(self) -> Usage:
         return self._usage
 
+    @property
+    def generation_settings(self) -> dict[str, Any]:
+        return {
+            "temperature": self._config.temperature,
+            "max_completion_tokens": self._config.max_completion_tokens,
+            "structured_output": self._config.structured_output,
+        }
+
     def complete(
         self, messages: Sequence[ChatMessage], *, json_schema: dict[str, Any] | None = None, schema_name: str = "output"
     ) -> Completion:
@@ -223,14 +340,35 @@ class HttpChatClient:
         max_completion = self._config.max_completion_tokens
         reserved = self._usage.reserve(self.model, _prompt_tokens_estimate(messages), max_completion)
         try:
-            body = self._request_body(messages, json_schema if self._config.structured_output else None, schema_name)
-            data = self._http.post(self._path, body)
+            send_schema = self._config.structured_output and not self._schema_unsupported
+            data = self._post(messages, json_schema if send_schema else None, schema_name)
             completion = self._parse(data, messages)
         except BaseException:
             self._usage.release(reserved)
             raise
         self._usage.record_call(self.model, completion.prompt_tokens, completion.completion_tokens, reserved)
         return completion
+
+    def _post(
+        self, messages: Sequence[ChatMessage], json_schema: dict[str, Any] | None, schema_name: str
+    ) -> dict[str, Any]:
+        """The call; when the server rejects the structured-output request, the same call once without the schema."""
+        try:
+            return self._http.post(self._path, self._request_body(messages, json_schema, schema_name))
+        except LLMRequestRejected as error:
+            if json_schema is None or not error.rejects_structured_output:
+                raise
+            rejection = f"HTTP {error.status_code}: {error.body_excerpt}"
+        self._usage.record_retry()
+        data = self._http.post(self._path, self._request_body(messages, None, schema_name))
+        # Only now is it clear the schema was the problem (the same request without it went through).
+        with self._schema_lock:
+            first = not self._schema_unsupported
+            self._schema_unsupported = True
+        if first:
+            log.warning("%s at %s rejected the structured-output request (%s); sending no JSON schema for the rest "
+                        "of this run (the prompts still ask for JSON)", self.model, self._http.base_url, rejection)
+        return data
 
     def close(self) -> None:
         self._http.close()
@@ -257,7 +395,7 @@ class OpenAIChatClient(HttpChatClient):
             "model": self.model,
             "messages": [{"role": m.role, "content": m.content} for m in messages],
             "temperature": self._config.temperature,
-            "max_tokens": self._config.max_completion_tokens,
+            "max_completion_tokens": self._config.max_completion_tokens,  # not max_tokens: o-series reject it
         }
         if json_schema is not None:
             body["response_format"] = {
@@ -267,19 +405,35 @@ class OpenAIChatClient(HttpChatClient):
         return body
 
     def _parse(self, data: dict[str, Any], messages: Sequence[ChatMessage]) -> Completion:
-        try:
-            text = data["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError) as error:
-            raise LLMError(
-                f"chat completion without choices[0].message.content: {str(data)[:ERROR_BODY_CHARS]}"
-            ) from error
-        usage = data.get("usage") or {}
+        choices = data.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices else None
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict) or "content" not in message:
+            raise LLMError(f"chat completion without choices[0].message.content: {_excerpt(data)}")
+        text = _message_text(message)
+        usage = data.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
         return Completion(
-            text=text or "",
-            prompt_tokens=int(usage.get("prompt_tokens") or _prompt_tokens_estimate(messages)),
-            completion_tokens=int(usage.get("completion_tokens") or approximate_tokens(text or "")),
-            model=str(data.get("model") or self.model),
+            text=text,
+            prompt_tokens=_token_count(usage.get("prompt_tokens"), _prompt_tokens_estimate(messages)),
+            completion_tokens=_token_count(usage.get("completion_tokens"), approximate_tokens(text)),
         )
+
+
+def _message_text(message: dict[str, Any]) -> str:
+    """An OpenAI message's text: a string, or an array of content parts whose text parts are joined."""
+    content = message["content"]
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        if all(isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+               for part in content):
+            return "".join(part["text"] for part in content)
+        raise LLMError(f"chat completion whose content parts are not all text: {_excerpt(content)}")
+    if content is None and message.get("refusal"):
+        raise LLMError(f"the model refused: {_excerpt(message['refusal'])}")
+    raise LLMError(f"chat completion whose message.content is {type(content).__name__}, not text: "
+                   f"{_excerpt(message)}")
 
 
 class OllamaChatClient(HttpChatClient):
@@ -308,9 +462,8 @@ class OllamaChatClient(HttpChatClient):
         text = message["content"]
         return Completion(
             text=text,
-            prompt_tokens=int(data.get("prompt_eval_count") or _prompt_tokens_estimate(messages)),
-            completion_tokens=int(data.get("eval_count") or approximate_tokens(text)),
-            model=str(data.get("model") or self.model),
+            prompt_tokens=_token_count(data.get("prompt_eval_count"), _prompt_tokens_estimate(messages)),
+            completion_tokens=_token_count(data.get("eval_count"), approximate_tokens(text)),
         )
 
 
@@ -344,9 +497,11 @@ class HttpEmbedder:
         self._model = config.model or llm.embedding_model
         self._usage = usage or Usage(llm.prices, llm.budget_usd)
         self._usage.require_price(self._model)
-        # The chat settings' base URL belongs to the chat provider; an embedder on another provider uses its own.
+        # llm.base_url belongs to the chat provider: an embedder on the same provider shares it, one on another
+        # provider resolves its own ($OLLAMA_BASE_URL / $OPENAI_BASE_URL, else the public default). The key, too, goes
+        # by the embedder's provider. Timeouts, retries and concurrency are llm's.
         base_url = resolve_base_url(self.provider, llm.base_url if llm.provider == self.provider else None)
-        self._http = JsonHttp(base_url, llm, self._usage, api_key=_api_key(llm), sleep=sleep)
+        self._http = JsonHttp(base_url, llm, self._usage, api_key=_api_key(self.provider, llm), sleep=sleep)
         self._dimension = config.dimension
         self._dimension_lock = threading.Lock()
 
@@ -392,10 +547,12 @@ class HttpEmbedder:
                 raise LLMError(f"{self.name} returned {len(raw_vectors)} vectors for {len(texts)} texts")
             try:
                 vectors = np.asarray(raw_vectors, dtype=np.float32)
-            except (TypeError, ValueError) as error:  # ragged or non-numeric
+            except (TypeError, ValueError, OverflowError) as error:  # ragged, non-numeric or huge
                 raise LLMError(f"{self.name} returned vectors that are not one numeric matrix: {error}") from error
-            if vectors.ndim != 2:
+            if vectors.ndim != 2 or vectors.shape[1] == 0:
                 raise LLMError(f"{self.name} returned vectors that are not one numeric matrix")
+            if not np.isfinite(vectors).all():
+                raise LLMError(f"{self.name} returned vectors with NaN or infinite components")
         except BaseException:
             self._usage.release(reserved)
             raise
@@ -425,7 +582,8 @@ class OpenAIEmbedder(HttpEmbedder):
             vectors = [item["embedding"] for item in items]
         except (KeyError, TypeError, AttributeError) as error:
             raise LLMError(f"embedding reply without data[].embedding: {str(data)[:ERROR_BODY_CHARS]}") from error
-        return vectors, int((data.get("usage") or {}).get("prompt_tokens") or 0)
+        usage = data.get("usage")
+        return vectors, _token_count(usage.get("prompt_tokens") if isinstance(usage, dict) else None, 0)
 
 
 class OllamaEmbedder(HttpEmbedder):
@@ -436,8 +594,7 @@ class OllamaEmbedder(HttpEmbedder):
         vectors = data.get("embeddings")
         if not isinstance(vectors, list):
             raise LLMError(f"Ollama embed reply without embeddings: {str(data)[:ERROR_BODY_CHARS]}")
-        return vectors, int(data.get("prompt_eval_count") or 0)
-
+        return vectors, _token_count(data.get("prompt_eval_count"), 0)
 
 
 def http_embedder(

@@ -141,6 +141,7 @@ class LLMExtractor:
         return content_hash(
             client.provider, client.model, self.extract_template.version, self.glean_template.version,
             str(self.max_gleanings), self.ontology.model_dump_json(),
+            json.dumps(client.generation_settings, sort_keys=True),
         )[:16]
 
     def extract(

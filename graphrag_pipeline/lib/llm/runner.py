@@ -45,8 +45,13 @@ class LLMRunner:
         schema_name: str = "output",
     ) -> Completion:
         prompt = template.format(**values)
-        # The schema is input too: the same prompt under another schema may well produce different output.
-        input_hash = content_hash(prompt, json.dumps(json_schema, sort_keys=True) if json_schema else "")
+        # The schema is input too: the same prompt under another schema may well produce different output. So are the
+        # generation settings: an answer cut off at the old max_completion_tokens must not outlive raising it.
+        input_hash = content_hash(
+            prompt,
+            json.dumps(json_schema, sort_keys=True) if json_schema else "",
+            json.dumps(self.client.generation_settings, sort_keys=True),
+        )
         key = (self.client.provider, self.client.model, template.version, input_hash)
         if self.cache is not None:
             cached = self.cache.get(*key)
