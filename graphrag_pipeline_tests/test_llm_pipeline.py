@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -214,3 +215,54 @@ def test_a_budget_cap_stops_the_run_cleanly_before_it_overspends(tmp_path, serve
     chat_calls = server.count(OLLAMA_CHAT) - before
     assert 0 < chat_calls < len(DOCUMENTS) and spent["llm_calls"].value == chat_calls
     assert result.is_node_success("embeddings")  # what came before the cap is kept
+    # The run's ledger (shared by all its steps, whatever process runs them) holds the same spend.
+    with sqlite3.connect(tmp_path / "index" / "llm_runs.sqlite") as ledger:
+        [(run_spent,)] = ledger.execute(
+            "SELECT spent_usd FROM run_spend WHERE run_id = ?", (result.run_id,)
+        ).fetchall()
+    assert run_spent == pytest.approx(spent["llm_cost_usd"].value, abs=1e-6) and run_spent <= budget
+
+
+def test_hybrid_keeps_spotter_entities_while_the_model_is_down_and_adds_the_models_once_it_is_back(tmp_path):
+    from graphrag_pipeline.lib.stages import extract_elements, summarize_elements
+    from graphrag_pipeline.lib.workspace import Workspace
+    from graphrag_pipeline_tests.conftest import folder_settings
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "payments.md").write_text(DOCUMENTS["payments.md"])
+    server = FakeLLMServer().start()
+    try:
+        server.chat_responder = scripted_model
+        settings = folder_settings(
+            tmp_path / "index", corpus,
+            extraction={"extractor": "hybrid"},
+            llm={"base_url": server.base_url, "max_retries": 0, "timeout_seconds": 2.0},
+        )
+        server.script(OLLAMA_CHAT, Reply(status=503, body='{"error": "down"}'))  # no retries configured
+        with Workspace(settings) as ws:
+            from graphrag_pipeline.lib.stages import chunk_documents, ingest_documents
+
+            shards = range(settings.shard_count)
+            ingest_documents(ws, shards)
+            chunk_documents(ws, shards)
+            down = extract_elements(ws, shards)
+            summarize_elements(ws)
+            types_while_down = {p["name"]: p["type"] for p in ws.state.element_payloads("entity").values()}
+            predicates_while_down = predicates(ws)
+            assert down.counts["quarantined"] == 1 and ws.state.quarantined("extraction")
+
+            back = extract_elements(ws, shards)  # the server answers now
+            summarize_elements(ws)
+            predicates_after = predicates(ws)
+            assert back.counts["extracted"] == 1 and not ws.state.quarantined("extraction")
+    finally:
+        server.stop()
+    assert types_while_down["payments-api"] == "Service"  # the spotters' pattern, without the model
+    assert types_while_down["team-payments"] == "Team"
+    # The model's own relationship (a predicate outside the ontology) arrived with the retry.
+    assert "pages on failure of" in predicates_after - predicates_while_down
+
+
+def predicates(ws) -> set[str]:
+    return {p for r in ws.state.element_payloads("relationship").values() for p in r["predicates"]}

@@ -24,11 +24,13 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run_stage(stage: Callable[..., StageReport], graphrag: GraphRAGResource, *args: Any) -> MaterializeResult:
+def run_stage(
+    stage: Callable[..., StageReport], context: AssetExecutionContext, graphrag: GraphRAGResource, *args: Any
+) -> MaterializeResult:
     """Run a stage on a fresh workspace, close its stores, and report; the total is wall time, so a model loaded on
-    first use is counted too."""
+    first use is counted too. Model spend counts against the budget of the whole Dagster run."""
     started = time.perf_counter()
-    with graphrag.workspace() as workspace:
+    with graphrag.workspace(run_id=context.run_id) as workspace:
         try:
             report = stage(workspace, *args)
         except BudgetExceeded as error:

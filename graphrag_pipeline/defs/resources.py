@@ -109,9 +109,9 @@ class GraphRAGResource(ConfigurableResource):
     vector_store: VectorStoreResource
     embedder: EmbedderResource
 
-    def workspace(self) -> Workspace:
+    def workspace(self, run_id: str | None = None) -> Workspace:
         settings = self.pipeline.settings()
-        usage = llm_usage(settings)  # one account per stage run: model calls, cache hits, tokens, cost
+        usage = llm_usage(settings, run_id)  # this stage's model calls; the budget (if any) is the run's
         # Factories, not instances: a stage opens only the stores it touches (ingest never loads the model).
         return Workspace(
             settings,

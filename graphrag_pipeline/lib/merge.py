@@ -16,6 +16,10 @@ from graphrag_pipeline.lib.models import ChunkExtraction, Entity, Relationship
 
 MAX_DESCRIPTIONS = 5
 MAX_DESCRIPTION_CHARS = 1200
+DEFAULT_LIMITS = (MAX_DESCRIPTIONS, MAX_DESCRIPTION_CHARS)
+# What a model summarizing an element's descriptions may read (summarizer llm); what it writes replaces the list.
+LLM_INPUT_DESCRIPTIONS = 50
+LLM_INPUT_DESCRIPTION_CHARS = 12000
 MAX_PROVENANCE = 5000  # chunk ids kept per element; counts stay exact
 
 
@@ -41,8 +45,10 @@ def merge_extractions(
     extractions: Iterable[tuple[str, ChunkExtraction]],
     ontology: Ontology,
     aliases: Mapping[str, str] | None = None,
+    description_limits: tuple[int, int] = DEFAULT_LIMITS,
 ) -> tuple[list[Entity], list[Relationship]]:
-    """(doc_id, extraction) pairs → merged entities and relationships, sorted by id."""
+    """(doc_id, extraction) pairs → merged entities and relationships, sorted by id. Each description is the distinct
+    descriptions in document order, one per line, up to ``description_limits`` (count, characters)."""
     alias_keys = {normalize_name(k): normalize_name(v) for k, v in (aliases or {}).items()}
 
     def key_of(name: str) -> str:
@@ -90,14 +96,14 @@ def merge_extractions(
             acc_r.chunk_ids.add(chunk_id)
             acc_r.doc_ids.add(doc_id)
 
-    merged_entities = [_entity(key, acc, ontology) for key, acc in entities.items()]
+    merged_entities = [_entity(key, acc, ontology, description_limits) for key, acc in entities.items()]
     merged_relations = [
         Relationship(
             relationship_id=relationship_id(entity_id(s), t, entity_id(o)),
             source_id=entity_id(s),
             target_id=entity_id(o),
             type=t,
-            description=_merge_descriptions(acc.descriptions),
+            description=_merge_descriptions(acc.descriptions, description_limits),
             weight=round(acc.weight, 6),
             chunk_ids=tuple(sorted(acc.chunk_ids))[:MAX_PROVENANCE],
             doc_ids=tuple(sorted(acc.doc_ids)),
@@ -110,7 +116,7 @@ def merge_extractions(
     return merged_entities, merged_relations
 
 
-def _entity(key: str, acc: _EntityAccumulator, ontology: Ontology) -> Entity:
+def _entity(key: str, acc: _EntityAccumulator, ontology: Ontology, description_limits: tuple[int, int]) -> Entity:
     # Most frequent spelling wins; ties go to the longest, then alphabetical, so the choice is order-independent.
     name = sorted(acc.surface_forms.items(), key=lambda kv: (-kv[1], -len(kv[0]), kv[0]))[0][0]
     specific = {t: n for t, n in acc.types.items() if t != ontology.default_entity_type}
@@ -122,7 +128,7 @@ def _entity(key: str, acc: _EntityAccumulator, ontology: Ontology) -> Entity:
         name=name,
         canonical=key,
         type=entity_type,
-        description=_merge_descriptions(acc.descriptions),
+        description=_merge_descriptions(acc.descriptions, description_limits),
         mention_count=len(acc.chunk_ids),
         chunk_ids=tuple(sorted(acc.chunk_ids))[:MAX_PROVENANCE],
         doc_ids=tuple(sorted(acc.doc_ids)),
@@ -130,13 +136,20 @@ def _entity(key: str, acc: _EntityAccumulator, ontology: Ontology) -> Entity:
     )
 
 
-def _merge_descriptions(descriptions: dict[str, tuple[str, str]]) -> str:
+def _merge_descriptions(descriptions: dict[str, tuple[str, str]], limits: tuple[int, int]) -> str:
     """Distinct descriptions in document order, capped, so the merge is stable under re-processing."""
     ordered = sorted(descriptions.items(), key=lambda kv: (kv[1], kv[0]))
+    return capped_descriptions([text for text, _ in ordered], *limits)
+
+
+def capped_descriptions(
+    descriptions: list[str], max_descriptions: int = MAX_DESCRIPTIONS, max_chars: int = MAX_DESCRIPTION_CHARS
+) -> str:
+    """The first descriptions, one per line, within ``max_descriptions`` and ``max_chars`` (always at least one)."""
     kept: list[str] = []
     total = 0
-    for text, _ in ordered[:MAX_DESCRIPTIONS]:
-        if total + len(text) > MAX_DESCRIPTION_CHARS and kept:
+    for text in descriptions[:max_descriptions]:
+        if total + len(text) > max_chars and kept:
             break
         kept.append(text)
         total += len(text)

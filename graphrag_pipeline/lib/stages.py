@@ -27,6 +27,10 @@ from graphrag_pipeline.lib.communities import (
 from graphrag_pipeline.lib.config import PipelineSettings
 from graphrag_pipeline.lib.ids import content_hash, stable_shard
 from graphrag_pipeline.lib.merge import (
+    LLM_INPUT_DESCRIPTION_CHARS,
+    LLM_INPUT_DESCRIPTIONS,
+    DEFAULT_LIMITS,
+    capped_descriptions,
     element_payload,
     entity_from_payload,
     merge_extractions,
@@ -249,7 +253,10 @@ def extract_elements(ws: Workspace, shards: Iterable[int]) -> StageReport:
     with report.timed("select"):
         chunks = ws.state.chunks(shard_set)
         done = ws.state.extractions([c.chunk_id for c in chunks], key)
-        todo = [c for c in chunks if c.chunk_id not in done]
+        # A quarantined chunk is tried again (hybrid stores its spotter extraction meanwhile); a model answer that
+        # was unusable comes back from the completion cache, so only failed calls cost anything twice.
+        retry = {q.item_id for q in ws.state.quarantined("extraction")}
+        todo = [c for c in chunks if c.chunk_id not in done or c.chunk_id in retry]
     with report.timed("extract"):
         for start in range(0, len(todo), 512):
             batch = todo[start : start + 512]
@@ -281,6 +288,7 @@ def extract_elements(ws: Workspace, shards: Iterable[int]) -> StageReport:
 def summarize_elements(ws: Workspace) -> StageReport:
     """Merge all current extractions into entities and relationships; store only what changed."""
     report = StageReport("element_summaries")
+    by_llm = ws.settings.summaries.summarizer == "llm"
     with report.timed("prune"):
         report.counts["pruned_extractions"] = ws.state.prune_extractions()
     with report.timed("merge"):
@@ -288,8 +296,10 @@ def summarize_elements(ws: Workspace) -> StageReport:
             ((doc_id, extraction) for doc_id, _, extraction in ws.state.live_extractions(ws.extractor_key)),
             ws.settings.ontology,
             ws.settings.extraction.aliases,
+            # The model reads every description it is to combine; elements it does not summarize are capped after.
+            description_limits=(LLM_INPUT_DESCRIPTIONS, LLM_INPUT_DESCRIPTION_CHARS) if by_llm else DEFAULT_LIMITS,
         )
-    if ws.settings.summaries.summarizer == "llm":
+    if by_llm:
         with report.timed("llm_summaries"):
             entities, relationships = summarize_descriptions_by_llm(ws, entities, relationships, report)
     with report.timed("store"):
@@ -331,8 +341,8 @@ def summarize_descriptions_by_llm(
     report.counts["llm_summary_failures"] = len(todo) - len(replaced)
 
     def updated(element):
-        text = replaced.get(_element_id(element))
-        return dataclasses.replace(element, description=text) if text else element
+        text = replaced.get(_element_id(element)) or capped_descriptions(element.description.split("\n"))
+        return dataclasses.replace(element, description=text)
 
     return [updated(e) for e in entities], [updated(r) for r in relationships]
 
@@ -438,6 +448,8 @@ def community_from_payload(data: dict) -> Community:
 @accounted
 def summarize_communities(ws: Workspace) -> StageReport:
     """Summarize only communities whose membership or member content changed, and index the summaries."""
+    from graphrag_pipeline.lib.llm.summaries import report_version
+
     report = StageReport("community_summaries")
     config = ws.settings.communities
     communities = [
@@ -451,8 +463,9 @@ def summarize_communities(ws: Workspace) -> StageReport:
         c.community_id for c in communities
         if ws.settings.summaries.summarizer == "llm" and c.level in ws.settings.summaries.report_levels
     }
-    # The summarizer is part of a summary's identity: switching to (or from) LLM reports redoes exactly those.
-    summarizer_key = f"llm:{ws.settings.llm.provider}:{ws.settings.llm.model}"
+    # The summarizer (model, prompt version, input budget) is part of a summary's identity: changing it redoes
+    # exactly the summaries it writes.
+    summarizer_key = f"llm:{ws.settings.llm.provider}:{ws.settings.llm.model}:{report_version(ws.settings.summaries)}"
     hashes = {
         c.community_id: content_hash(community_content_hash(c, descriptions), summarizer_key)
         if c.community_id in reported_by_llm else community_content_hash(c, descriptions)

@@ -8,6 +8,7 @@ Index directory layout (embedded tier)::
     <index_dir>/graph.sqlite   the embedded graph store
     <index_dir>/vectors/       Qdrant Edge shards: chunks, entities, communities (published versions for readers)
     <index_dir>/llm_cache.sqlite  completions of the configured LLM (extractor/summarizer llm): unchanged input, no call
+    <index_dir>/llm_runs.sqlite   spend per Dagster run, when llm.budget_usd caps it
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Callable, Sequence, TypeVar
 
 from graphrag_pipeline.lib.config import PipelineSettings
 from graphrag_pipeline.lib.ids import content_hash
-from graphrag_pipeline.lib.llm.accounting import Usage
+from graphrag_pipeline.lib.llm.accounting import RunLedger, Usage
 from graphrag_pipeline.lib.models import Chunk, ChunkExtraction, EntityMention, Quarantined, RelationMention
 from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.protocols import Embedder, GraphStore, VectorStore
@@ -31,9 +32,15 @@ Provided = T | Callable[[], T] | None  # an instance, a factory called on first 
 EXTRACTOR_VERSION = "1"  # bump when the offline extractor's behaviour changes, so cached extractions are redone
 
 
-def llm_usage(settings: PipelineSettings) -> Usage:
-    """A fresh account of model calls priced and capped by the configuration."""
-    return Usage(settings.llm.prices, settings.llm.budget_usd)
+def llm_usage(settings: PipelineSettings, run_id: str | None = None) -> Usage:
+    """A fresh account of one stage's model calls, priced and capped by the configuration; with a run id and a
+    budget, the cap covers every stage of that run (the spend is shared through ``llm_runs.sqlite``)."""
+    ledger = None
+    if run_id is not None and settings.llm.budget_usd is not None:
+        index_dir = Path(settings.index_dir)
+        index_dir.mkdir(parents=True, exist_ok=True)
+        ledger = RunLedger(index_dir / "llm_runs.sqlite", run_id)
+    return Usage(settings.llm.prices, settings.llm.budget_usd, ledger)
 
 
 class Workspace:
@@ -162,6 +169,10 @@ class Workspace:
         for name in ("graph_store", "vector_store", "state", "llm"):
             if name in self.__dict__:
                 self.__dict__[name].close()
+        if "embedder" in self.__dict__ and hasattr(self.embedder, "close"):
+            self.embedder.close()  # an HTTP embedder's connection pool
+        if self.usage.ledger is not None:
+            self.usage.ledger.close()
 
     def __enter__(self) -> "Workspace":
         return self

@@ -28,6 +28,9 @@ def timed(label: str, items: list, write: Callable[[list], None], batch: int) ->
     start = time.perf_counter()
     for offset in range(0, len(items), batch):
         write(items[offset : offset + batch])
+        done, so_far = offset + batch, time.perf_counter() - start
+        if done < len(items):  # a slow server at 100k items takes many minutes: show the rate as it goes
+            print(f"    {label}: {done:,} in {so_far:.0f} s = {done / so_far:,.0f} /s", flush=True)
     elapsed = time.perf_counter() - start
     print(f"  {label:<32} {len(items):>9,} in {elapsed:7.2f} s = {len(items) / elapsed:>9,.0f} /s")
     return elapsed

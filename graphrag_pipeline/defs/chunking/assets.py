@@ -11,4 +11,4 @@ from graphrag_pipeline.lib.stages import chunk_documents
 def chunks(context: AssetExecutionContext, graphrag: GraphRAGResource) -> MaterializeResult:
     """Recursive (heading → paragraph → sentence) or fixed-size chunks in the embedder's tokens; only documents whose
     content or chunking configuration changed are re-chunked."""
-    return run_stage(chunk_documents, graphrag, shards_of(context))
+    return run_stage(chunk_documents, context, graphrag, shards_of(context))

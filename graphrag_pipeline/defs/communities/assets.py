@@ -1,4 +1,4 @@
-from dagster import AutomationCondition, MaterializeResult, asset
+from dagster import AssetExecutionContext, AutomationCondition, MaterializeResult, asset
 
 from graphrag_pipeline.defs.partitions import SINGLE_RUN
 from graphrag_pipeline.defs.reporting import run_stage
@@ -8,15 +8,16 @@ from graphrag_pipeline.lib.stages import build_communities, summarize_communitie
 
 @asset(deps=["graph"], backfill_policy=SINGLE_RUN, group_name="communities", kinds={"python", "graspologic"},
        automation_condition=AutomationCondition.eager())
-def communities(graphrag: GraphRAGResource) -> MaterializeResult:
+def communities(context: AssetExecutionContext, graphrag: GraphRAGResource) -> MaterializeResult:
     """Hierarchical Leiden (graspologic, fixed seed) over the entity graph; every level kept with parent/child links
     and content-derived ids that stay stable while membership does."""
-    return run_stage(build_communities, graphrag)
+    return run_stage(build_communities, context, graphrag)
 
 
 @asset(deps=["communities"], backfill_policy=SINGLE_RUN, group_name="communities", kinds={"python", "qdrant"},
        automation_condition=AutomationCondition.eager())
-def community_summaries(graphrag: GraphRAGResource) -> MaterializeResult:
-    """Extractive summaries (top entities, strongest relationships) of the communities whose membership or member
-    content changed, embedded into the `communities` collection for global questions."""
-    return run_stage(summarize_communities, graphrag)
+def community_summaries(context: AssetExecutionContext, graphrag: GraphRAGResource) -> MaterializeResult:
+    """Summaries of the communities whose membership or member content changed — extractive (top entities,
+    strongest relationships) or LLM reports (title, summary, findings, rating) — embedded into the `communities`
+    collection for global questions."""
+    return run_stage(summarize_communities, context, graphrag)

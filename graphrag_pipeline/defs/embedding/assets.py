@@ -11,4 +11,4 @@ from graphrag_pipeline.lib.stages import embed_chunks
 def embeddings(context: AssetExecutionContext, graphrag: GraphRAGResource) -> MaterializeResult:
     """Chunk vectors (title and headings as context) upserted into the `chunks` collection; vectors of removed chunks
     are deleted, and a persistent cache means unchanged text is never embedded twice."""
-    return run_stage(embed_chunks, graphrag, shards_of(context))
+    return run_stage(embed_chunks, context, graphrag, shards_of(context))

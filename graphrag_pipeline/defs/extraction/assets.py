@@ -11,4 +11,4 @@ from graphrag_pipeline.lib.stages import extract_elements
 def extracted_elements(context: AssetExecutionContext, graphrag: GraphRAGResource) -> MaterializeResult:
     """Typed entity and relationship mentions per chunk (dictionary and pattern spotters, spaCy NER, sentence
     co-occurrence), cached per chunk content and extractor configuration."""
-    return run_stage(extract_elements, graphrag, shards_of(context))
+    return run_stage(extract_elements, context, graphrag, shards_of(context))

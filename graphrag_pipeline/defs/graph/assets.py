@@ -1,4 +1,4 @@
-from dagster import AutomationCondition, MaterializeResult, asset
+from dagster import AssetExecutionContext, AutomationCondition, MaterializeResult, asset
 
 from graphrag_pipeline.defs.partitions import SINGLE_RUN
 from graphrag_pipeline.defs.reporting import run_stage
@@ -8,7 +8,7 @@ from graphrag_pipeline.lib.stages import sync_graph
 
 @asset(deps=["element_summaries"], backfill_policy=SINGLE_RUN, group_name="graph",
        kinds={"python", "neo4j"}, automation_condition=AutomationCondition.eager())
-def graph(graphrag: GraphRAGResource) -> MaterializeResult:
+def graph(context: AssetExecutionContext, graphrag: GraphRAGResource) -> MaterializeResult:
     """Entities, relationships and chunk mentions written to the graph store (only what changed), and entity names
     indexed in the `entities` collection for linking questions to the graph."""
-    return run_stage(sync_graph, graphrag)
+    return run_stage(sync_graph, context, graphrag)

@@ -10,4 +10,4 @@ from graphrag_pipeline.lib.stages import ingest_documents
 def raw_documents(context: AssetExecutionContext, graphrag: GraphRAGResource) -> MaterializeResult:
     """Documents of the configured sources (folders of Markdown/text/HTML, eval sets), with front matter as metadata.
     New, changed and deleted documents are detected by content hash; unreadable files are quarantined."""
-    return run_stage(ingest_documents, graphrag, shards_of(context))
+    return run_stage(ingest_documents, context, graphrag, shards_of(context))

@@ -1,4 +1,4 @@
-from dagster import AutomationCondition, MaterializeResult, asset
+from dagster import AssetExecutionContext, AutomationCondition, MaterializeResult, asset
 
 from graphrag_pipeline.defs.partitions import SINGLE_RUN
 from graphrag_pipeline.defs.resources import GraphRAGResource
@@ -8,7 +8,7 @@ from graphrag_pipeline.lib.stages import summarize_elements
 
 @asset(deps=["extracted_elements"], backfill_policy=SINGLE_RUN, group_name="graph", kinds={"python", "sqlite"},
        automation_condition=AutomationCondition.eager())
-def element_summaries(graphrag: GraphRAGResource) -> MaterializeResult:
+def element_summaries(context: AssetExecutionContext, graphrag: GraphRAGResource) -> MaterializeResult:
     """One entity per real-world thing and one relationship per typed pair, descriptions merged with provenance;
     only changed elements are rewritten."""
-    return run_stage(summarize_elements, graphrag)
+    return run_stage(summarize_elements, context, graphrag)

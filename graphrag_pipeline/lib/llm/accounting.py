@@ -1,15 +1,19 @@
 """What LLM and embedding calls cost: calls, cache hits, tokens, dollars, failures, retries, and a budget cap.
 
-One ``Usage`` is shared by every client and thread of a run. The budget is enforced *before* a call: the call's
-worst case (its prompt estimated from its characters, plus the longest completion it may ask for) is reserved, and
-a call whose reservation would take spending past the budget raises ``BudgetExceeded`` without touching the network.
-Reservations are held until the call settles, so concurrent calls cannot overspend together either.
+One ``Usage`` counts the calls of one stage (its clients and threads). The budget is enforced *before* a call: the
+call's estimated cost (its prompt estimated from its characters, plus the longest completion it may ask for) is
+reserved, and a call whose reservation would take spending past the budget raises ``BudgetExceeded`` without
+touching the network. Reservations are held until the call settles, so concurrent calls cannot overspend together.
+With a ``RunLedger`` the budget covers a whole Dagster run — every stage, in whatever process it runs — because
+reservations and spend are kept in a SQLite table shared by them, updated atomically per call.
 """
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from graphrag_pipeline.lib.config import PriceSpec
@@ -28,12 +32,62 @@ class BudgetExceeded(RuntimeError):
     """The next call could take spending past the configured budget; the run should stop cleanly."""
 
 
-class Usage:
-    """Thread-safe totals for one run. Counters are plain attributes, written under a lock."""
+class RunLedger:
+    """Reserved and spent dollars of one run, in a SQLite table that every stage process of the run shares."""
 
-    def __init__(self, prices: Mapping[str, PriceSpec] | None = None, budget_usd: float | None = None):
+    def __init__(self, path: str | Path, run_id: str):
+        self.run_id = run_id
+        self._connection = sqlite3.connect(str(path), timeout=60, isolation_level=None, check_same_thread=False)
+        self._connection.execute(
+            "CREATE TABLE IF NOT EXISTS run_spend (run_id TEXT PRIMARY KEY, reserved_usd REAL NOT NULL, "
+            "spent_usd REAL NOT NULL)"
+        )
+        self._lock = threading.Lock()
+
+    def reserve(self, estimate: float, budget_usd: float) -> str | None:
+        """Add ``estimate`` to the run's reservations if reserved + spent stays within the budget; else the reason."""
+        with self._lock:
+            self._connection.execute("BEGIN IMMEDIATE")  # one writer at a time across processes: check and add
+            try:
+                row = self._connection.execute(
+                    "SELECT reserved_usd, spent_usd FROM run_spend WHERE run_id = ?", (self.run_id,)
+                ).fetchone()
+                reserved, spent = row or (0.0, 0.0)
+                if spent + reserved + estimate > budget_usd:
+                    return f"${spent:.4f} spent and ${reserved:.4f} in flight in this run"
+                self._connection.execute(
+                    "INSERT INTO run_spend VALUES (?, ?, 0) ON CONFLICT(run_id) "
+                    "DO UPDATE SET reserved_usd = reserved_usd + excluded.reserved_usd",
+                    (self.run_id, estimate),
+                )
+                return None
+            finally:
+                self._connection.execute("COMMIT")
+
+    def settle(self, reserved: float, spent: float) -> None:
+        with self._lock:
+            self._connection.execute(
+                "UPDATE run_spend SET reserved_usd = max(0, reserved_usd - ?), spent_usd = spent_usd + ? "
+                "WHERE run_id = ?",
+                (reserved, spent, self.run_id),
+            )
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+class Usage:
+    """Thread-safe totals for one stage. Counters are plain attributes, written under a lock."""
+
+    def __init__(
+        self,
+        prices: Mapping[str, PriceSpec] | None = None,
+        budget_usd: float | None = None,
+        ledger: RunLedger | None = None,
+    ):
         self.prices = dict(prices or {})
         self.budget_usd = budget_usd
+        self.ledger = ledger
         self.calls = 0  # HTTP calls that returned a usable response
         self.cache_hits = 0
         self.prompt_tokens = 0
@@ -67,6 +121,13 @@ class Usage:
                     f"LLM budget ${self.budget_usd:.4f} would be exceeded: ${self.cost_usd:.4f} spent, "
                     f"${self._reserved_usd:.4f} in flight, next call to {model} may cost up to ${estimate:.4f}"
                 )
+            if self.ledger is not None and self.budget_usd is not None:
+                refused = self.ledger.reserve(estimate, self.budget_usd)
+                if refused:
+                    raise BudgetExceeded(
+                        f"LLM budget ${self.budget_usd:.4f} of the run would be exceeded: {refused}, next call to "
+                        f"{model} may cost up to ${estimate:.4f}"
+                    )
             self._reserved_usd += estimate
         return estimate
 
@@ -74,6 +135,8 @@ class Usage:
         """Give back a reservation whose call failed (nothing was billed that we know of)."""
         with self._lock:
             self._reserved_usd = max(0.0, self._reserved_usd - reserved_usd)
+            if self.ledger is not None and reserved_usd:
+                self.ledger.settle(reserved_usd, 0.0)
 
     def record_call(self, model: str, prompt_tokens: int, completion_tokens: int, reserved_usd: float = 0.0) -> None:
         cost = self.cost(model, prompt_tokens, completion_tokens)
@@ -83,6 +146,8 @@ class Usage:
             self.prompt_tokens += prompt_tokens
             self.completion_tokens += completion_tokens
             self.cost_usd += cost
+            if self.ledger is not None and (reserved_usd or cost):
+                self.ledger.settle(reserved_usd, cost)
 
     def record_cache_hit(self) -> None:
         with self._lock:

@@ -74,6 +74,12 @@ def report_schema() -> dict:
     }
 
 
+def report_version(config: SummariesConfig) -> str:
+    """Changes whenever a community report could come out differently: the prompt template and the input budget."""
+    template = packaged_template("community_report", _REPORT_PLACEHOLDERS)
+    return f"{template.version}-{config.report_max_input_tokens}"
+
+
 def needs_llm_summary(descriptions: Sequence[str], config: SummariesConfig) -> bool:
     """Whether an element's descriptions are worth a model call under ``config``: the llm summarizer is on and
     there are many distinct descriptions or their merged text is long."""
