@@ -103,7 +103,12 @@ def test_every_mode_answers_and_top_k_limits_the_results(config, capsys, mode):
 @pytest.mark.slow
 def test_max_hops_bounds_the_traversal(config, capsys):
     zero = run_main(capsys, "--config", str(config), "query", QUESTION, "--max-hops", "0", "--json")
-    assert zero["results"] and all(r["hops_from_query"] == 0 for r in zero["results"])
+    two = run_main(capsys, "--config", str(config), "query", QUESTION, "--max-hops", "2", "--json")
+    # No relationship is followed at 0 hops: an entity is at most one passage away from the question (named in the
+    # passage of a question entity), never further.
+    assert zero["results"] and all(r["hops_from_query"] <= 1 for r in zero["results"])
+    assert all(len(r["entity_path"]) <= 2 for r in zero["results"])
+    assert max(r["hops_from_query"] for r in two["results"]) >= max(r["hops_from_query"] for r in zero["results"])
     assert cli.main(["--config", str(config), "query", QUESTION, "--max-hops", "7"]) == 2
     assert "max_hops must be between 0 and 3" in capsys.readouterr().err
 

@@ -155,8 +155,8 @@ class RetrievalConfig(StrictModel):
     hop_decay: float = Field(0.5, gt=0, le=1)
     fanout: int = Field(50, ge=1)
     fusion: Literal["weighted", "rrf"] = "weighted"
-    vector_weight: float = Field(0.6, ge=0)
-    graph_weight: float = Field(0.4, ge=0)
+    vector_weight: float = Field(0.7, ge=0)
+    graph_weight: float = Field(0.3, ge=0)
     rrf_k: int = Field(60, ge=1)
     top_k: int = Field(10, ge=1)
 

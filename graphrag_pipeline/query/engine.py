@@ -2,11 +2,15 @@
 
 1. Embed the question; vector search gives the entry chunks (top `vector_top_k`) and a wider pool used to score
    chunks the graph brings in.
-2. Seed entities: entities linked in the question (n-gram names, then the entities collection by embedding) and the
-   entities mentioned by the entry chunks, each weighted by how specific it is (rare entities say more than hubs).
+2. Seed entities: entities linked in the question (n-gram names, then the entities collection by embedding), with
+   their link confidence, and the entities mentioned by the best entry chunks, with the chunk's similarity relative
+   to the best chunk, cubed (the top chunk's entities seed at 1, a chunk at 80 % of its similarity at 0.5).
 3. Bounded traversal from the seeds (`max_hops`, activation × `hop_decay` per hop, hub suppression in the store).
-4. Graph score of a chunk = its best entity's activation × specificity, ×SUBJECT_BOOST when that entity is the
-   subject of the chunk's document (its title), clipped to [0, 1]: absolute, so 1 means "about a linked entity".
+4. Graph score of a chunk = the best, over the reached entities it mentions, of activation × specificity, where
+   specificity = 1 / (1 + log10(df)) for an entity mentioned in df chunks (1 for one chunk, 1/2 at ten, 1/3 at a
+   hundred: independent of the corpus size, so it means the same in a small and a growing index), × SUBJECT_BONUS
+   when the entity is the subject of the chunk's document (its title), clipped to [0, 1]. This is the multi-hop step: a passage that shares a rare entity with the passages
+   that answer the question's first hop (or with the question itself) is likely its next hop.
 5. Fusion: `vector_weight·vector + graph_weight·graph` (default) or reciprocal-rank fusion of the two rankings.
 No entity linked → plain vector search, flagged in the response.
 """
@@ -42,9 +46,14 @@ from graphrag_pipeline.query.models import MODES, Citation, QueryResponse, Query
 SCORING_POOL = 100  # vector hits fetched to score graph-reached chunks by similarity too
 ENTITY_LINK_MIN_SCORE = 0.6  # cosine below this is not the same entity by another name
 ENTRY_CHUNKS_FOR_SEEDS = 5  # the entry chunks whose entities seed the traversal
-ENTRY_SEED_FACTOR = 0.15  # an entry chunk's entities seed with this share of the chunk's similarity
-MAX_ENTITIES_PER_CHUNK_SEEDS = 15
-SUBJECT_BOOST = 3.0  # a chunk is more about its document's subject than about anything it merely mentions
+ENTRY_SEED_SHARPNESS = 3.0  # seed weight = (chunk similarity / best similarity) ** this: near-ties count, the tail not
+SUBJECT_BONUS = 1.5  # a chunk is more about its document's subject than about anything it merely mentions
+# Entities in more chunks than this are hubs: their specificity is near 0 anyway, and fetching thousands of chunk ids
+# per hub would cost more than it could change.
+MAX_CHUNKS_PER_ENTITY = 200
+# Entities reached with less activation cannot move a chunk (at most 0.05 × graph_weight of its combined score):
+# the traversal neither keeps nor expands them, so a 2-hop walk's long tail costs nothing.
+MIN_ACTIVATION = 0.05
 
 
 @dataclass
@@ -60,6 +69,9 @@ class Retrieval:
     reached: dict[str, TraversalHit] = field(default_factory=dict)
     graph_scores: dict[str, float] = field(default_factory=dict)
     best_entity: dict[str, str] = field(default_factory=dict)  # chunk id -> entity that contributed most
+    # seed entity -> the question entity whose entry chunk seeded it: "Acme Robotics" (in the question) is how the
+    # walk reached "Mirela Vantongeren" (named in Acme Robotics' passage), even though no edge was followed.
+    seed_via: dict[str, str] = field(default_factory=dict)
     vector_floor: float = 0.0  # similarity assumed for chunks outside the vector pool
     fell_back_to_vector: bool = False
 
@@ -81,7 +93,17 @@ class QueryEngine:
         self.graph = graph_store
         self.vectors = vector_store
         self.embedder = embedder
-        self._name_index_lock = threading.Lock()
+        self._lookup_lock = threading.Lock()
+
+    @cached_property
+    def subject_chunks(self) -> dict[str, frozenset[str]]:
+        """Subject key of a document title → the chunks of the documents with that title (built once per engine,
+        like the name index: a title-subject test per reached chunk would cost a database round trip per query)."""
+        grouped: dict[str, set[str]] = {}
+        rows = self.state.query("SELECT c.chunk_id, d.title FROM chunks c JOIN documents d ON d.doc_id = c.doc_id")
+        for chunk_id, title in rows:
+            grouped.setdefault(subject_key(title), set()).add(chunk_id)
+        return {key: frozenset(chunk_ids) for key, chunk_ids in grouped.items()}
 
     @cached_property
     def name_index(self) -> NameIndex:
@@ -105,8 +127,13 @@ class QueryEngine:
         self.close()
 
     def _name_index(self) -> NameIndex:
-        with self._name_index_lock:  # cached_property is not thread-safe on first build
+        with self._lookup_lock:  # cached_property is not thread-safe on first build
             return self.name_index
+
+    def _subject_chunks(self) -> dict[str, frozenset[str]]:
+        with self._lookup_lock:
+            return self.subject_chunks
+
 
     def query(
         self,
@@ -172,13 +199,16 @@ class QueryEngine:
             return result
 
         started = time.perf_counter()
-        seeds = self._seed_weights(linked, entry_entities, vector_scores)
-        hits = self.graph.traverse(seeds, max_hops=max_hops, decay=config.hop_decay, fanout=config.fanout)
+        seeds, origin = self._seed_weights(linked, entry_entities, vector_scores)
+        result.seed_via = self._seed_via(origin, entry_entities, linked)
+        hits = self.graph.traverse(
+            seeds, max_hops=max_hops, decay=config.hop_decay, fanout=config.fanout, min_score=MIN_ACTIVATION
+        )
         result.reached = {hit.entity_id: hit for hit in hits}
         timings["traverse"] = _ms(started)
 
         started = time.perf_counter()
-        result.graph_scores, result.best_entity = self._chunk_graph_scores(result.reached)
+        result.graph_scores, result.best_entity = self._chunk_graph_scores(result.reached, origin)
         timings["graph_scores"] = _ms(started)
 
         started = time.perf_counter()
@@ -227,38 +257,71 @@ class QueryEngine:
         linked: dict[str, tuple[str, float]],
         entry_entities: dict[str, list[str]],
         vector_scores: dict[str, float],
-    ) -> dict[str, float]:
-        """Linked entities seed with their confidence; entities of the entry chunks with a fraction of the chunk's
-        similarity (they point at the next hop without drowning the question's own entities). Both are scaled by
-        specificity."""
+    ) -> tuple[dict[str, float], dict[str, tuple[str, float]]]:
+        """Linked entities seed with their confidence; entities of the entry chunks with the chunk's similarity
+        relative to the best entry chunk, sharpened, so the passages that answer the first hop lead the way. Also
+        returns, per chunk-seeded entity, the chunk it came from and the weight another entry chunk gave it."""
         seeds: dict[str, float] = {eid: confidence for eid, (_, confidence) in linked.items()}
+        origin: dict[str, tuple[str, float]] = {}  # entity -> (chunk it was seeded from, next best seed weight)
+        best = max((vector_scores.get(c, 0.0) for c in entry_entities), default=0.0)
+        if best <= 0:
+            return seeds, origin
         for chunk_id, entity_ids in entry_entities.items():
-            weight = ENTRY_SEED_FACTOR * vector_scores.get(chunk_id, 0.0)
-            for eid in entity_ids[:MAX_ENTITIES_PER_CHUNK_SEEDS]:
-                seeds[eid] = max(seeds.get(eid, 0.0), weight)
-        specificity = self._specificity(seeds)
-        return {eid: weight * specificity.get(eid, 1.0) for eid, weight in seeds.items()}
+            weight = (max(0.0, vector_scores.get(chunk_id, 0.0)) / best) ** ENTRY_SEED_SHARPNESS
+            for eid in entity_ids:
+                if eid in linked:
+                    seeds[eid] = max(seeds[eid], weight)
+                elif weight > seeds.get(eid, 0.0):
+                    origin[eid] = (chunk_id, seeds.get(eid, 0.0))
+                    seeds[eid] = weight
+                elif eid in origin:
+                    origin[eid] = (origin[eid][0], max(origin[eid][1], weight))
+        return seeds, origin
+        for chunk_id, entity_ids in entry_entities.items():
+            weight = (max(0.0, vector_scores.get(chunk_id, 0.0)) / best) ** ENTRY_SEED_SHARPNESS
+            for eid in entity_ids:
+                if weight > seeds.get(eid, 0.0):
+                    seeds[eid] = weight
+                    if eid not in linked:
+                        origin[eid] = chunk_id
+        return seeds, origin
 
-    def _specificity(self, entity_ids) -> dict[str, float]:
-        """1 for an entity mentioned in one chunk, 1/2 at ten chunks, 1/3 at a hundred: rare entities say more."""
-        entities = self.graph.get_entities(entity_ids)
-        return {eid: 1.0 / (1.0 + math.log10(max(1, e.mention_count))) for eid, e in entities.items()}
+    @staticmethod
+    def _seed_via(
+        origin: dict[str, tuple[str, float]], entry_entities: dict[str, list[str]], linked: dict[str, tuple[str, float]]
+    ) -> dict[str, str]:
+        """Chunk-seeded entity → the most confidently linked question entity its entry chunk also mentions."""
+        via: dict[str, str] = {}
+        for eid, (chunk_id, _) in origin.items():
+            in_question = [e for e in entry_entities.get(chunk_id, ()) if e in linked]
+            if in_question:
+                via[eid] = max(in_question, key=lambda e: (linked[e][1], e))
+        return via
 
-    def _chunk_graph_scores(self, reached: dict[str, TraversalHit]) -> tuple[dict[str, float], dict[str, str]]:
-        """Chunk → best activation·specificity over the entities it mentions (×SUBJECT_BOOST when the entity is what
-        the chunk's document is about) clipped to 1, and the entity that gave it that score."""
-        chunks_of = self.graph.chunks_of_entities(reached)
-        entities = self.graph.get_entities(reached)
-        titles = self.state.chunk_titles({c for chunk_ids in chunks_of.values() for c in chunk_ids})
-        subjects = {chunk_id: subject_key(title) for chunk_id, title in titles.items()}
+    def _chunk_graph_scores(
+        self, reached: dict[str, TraversalHit], origin: dict[str, tuple[str, float]]
+    ) -> tuple[dict[str, float], dict[str, str]]:
+        """Chunk → best activation × specificity over the reached entities it mentions (× SUBJECT_BONUS when the
+        entity is what the chunk's document is about), clipped to 1, and the entity that gave it that score. A seed
+        taken from an entry chunk does not score that chunk with its own weight (the chunk already has its
+        similarity), only with what another entry chunk gave the entity: entry chunks that share rare entities
+        support each other."""
+        entities = self.graph.get_entities([eid for eid, hit in reached.items() if hit.score >= MIN_ACTIVATION])
+        specific = {
+            eid: 1.0 / (1.0 + math.log10(max(1, e.mention_count)))
+            for eid, e in entities.items()
+            if e.mention_count <= MAX_CHUNKS_PER_ENTITY
+        }
+        chunks_of = self.graph.chunks_of_entities(list(specific))
+        subject_chunks = self._subject_chunks()
         best: dict[str, tuple[float, str]] = {}
         for eid, chunk_ids in chunks_of.items():
-            entity = entities.get(eid)
-            if entity is None:
-                continue
-            base = reached[eid].score / (1.0 + math.log10(max(1, entity.mention_count)))
+            hit = reached[eid]
+            about_it = subject_chunks.get(entities[eid].canonical, frozenset())
+            came_from, other_weight = origin.get(eid, ("", 0.0)) if hit.hops == 0 else ("", 0.0)
             for chunk_id in chunk_ids:
-                contribution = base * (SUBJECT_BOOST if subjects.get(chunk_id) == entity.canonical else 1.0)
+                activation = other_weight if chunk_id == came_from else hit.score
+                contribution = activation * specific[eid] * (SUBJECT_BONUS if chunk_id in about_it else 1.0)
                 if contribution > best.get(chunk_id, (0.0, ""))[0]:
                     best[chunk_id] = (contribution, eid)
         scores = {c: min(1.0, score) for c, (score, _) in best.items()}
@@ -274,7 +337,8 @@ class QueryEngine:
         reached, linked, vector_scores = retrieval.reached, retrieval.linked, retrieval.vector_scores
         chunks = {c.chunk_id: c for c in self.state.chunks(chunk_ids=ranking)}
         documents = {d.doc_id: d for d in self.state.documents(doc_ids={c.doc_id for c in chunks.values()})}
-        path_ids = {eid for c in ranking if c in best_entity for eid in reached[best_entity[c]].path}
+        paths = {c: self._entity_path(retrieval, reached[best_entity[c]]) for c in ranking if c in best_entity}
+        path_ids = {eid for path in paths.values() for eid in path}
         linked_ids = set(linked)
         names = self.graph.get_entities(path_ids | linked_ids)
         results = []
@@ -285,19 +349,19 @@ class QueryEngine:
             doc = documents.get(chunk.doc_id)
             vector = vector_scores.get(chunk_id, retrieval.vector_floor)
             graph = graph_scores.get(chunk_id, 0.0)
-            hit = reached.get(best_entity.get(chunk_id, ""))
+            path = paths.get(chunk_id, ())
             results.append(
                 QueryResult(
                     chunk_id=chunk_id,
                     text=chunk.text,
                     doc_id=chunk.doc_id,
                     source=_source(doc),
-                    entity_path=[names[e].name for e in hit.path if e in names] if hit else [],
+                    entity_path=[names[e].name for e in path if e in names],
                     vector_score=round(vector, 6),
                     graph_score=round(graph, 6),
                     keyword_score=0.0,
                     combined_score=round(retrieval.combined[chunk_id], 6),
-                    hops_from_query=hit.hops if hit else 0,
+                    hops_from_query=max(0, len(path) - 1),
                     citations=[_citation(doc, chunk)],
                 )
             )
@@ -328,6 +392,13 @@ class QueryEngine:
             fell_back_to_vector=retrieval.fell_back_to_vector,
             timings_ms=timings,
         )
+
+    @staticmethod
+    def _entity_path(retrieval: Retrieval, hit: TraversalHit) -> tuple[str, ...]:
+        """Entity ids from the question to the hit: the traversal's path, led by the question entity whose passage
+        seeded its first entity, if that is how it was reached."""
+        via = retrieval.seed_via.get(hit.path[0])
+        return (via, *hit.path) if via else hit.path
 
     def _global(self, question: str, query_vector: np.ndarray, top_k: int, timings: dict[str, float]) -> QueryResponse:
         started = time.perf_counter()

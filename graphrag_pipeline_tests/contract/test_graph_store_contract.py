@@ -303,9 +303,24 @@ def test_traversal_seeds(graph_store: GraphStore) -> None:
     assert strong["c"] == TraversalHit("c", 0, 0.9, ("c",), ())  # a seed stronger than any path keeps its own
 
 
+def test_traversal_min_score_drops_weak_reaches_exactly(graph_store: GraphStore) -> None:
+    leaves = [rel("hub", f"leaf{i:02d}") for i in range(30)]
+    build(graph_store, [rel("s", "hub"), rel("s", "loner"), rel("loner", "friend"), rel("x", "y"), *leaves])
+    seeds = {"s": 1.0, "x": 0.01}
+    unbounded = graph_store.traverse(seeds, max_hops=3, fanout=10)
+    floor = by_id(unbounded)["friend"].score  # leaves (behind the hub) score less than the loner's friend
+
+    bounded = graph_store.traverse(seeds, max_hops=3, fanout=10, min_score=floor)
+
+    assert bounded == [hit for hit in unbounded if hit.score >= floor or hit.hops == 0]
+    assert {"x", "friend"} <= {hit.entity_id for hit in bounded}  # a weak seed is still a hit
+    assert not {hit.entity_id for hit in bounded} & {"y", "leaf00"}
+
+
 @pytest.mark.parametrize(
     "kwargs",
-    [{"max_hops": -1}, {"max_hops": 1, "decay": 0.0}, {"max_hops": 1, "decay": 1.5}, {"max_hops": 1, "fanout": 0}],
+    [{"max_hops": -1}, {"max_hops": 1, "decay": 0.0}, {"max_hops": 1, "decay": 1.5}, {"max_hops": 1, "fanout": 0},
+     {"max_hops": 1, "min_score": -0.1}],
 )
 def test_traversal_rejects_bad_parameters(graph_store: GraphStore, kwargs: dict) -> None:
     build(graph_store, [rel("a", "b")])

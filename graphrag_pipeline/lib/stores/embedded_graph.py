@@ -501,6 +501,7 @@ class EmbeddedGraphStore:
         decay: float = 0.5,
         fanout: int = 50,
         relationship_types: Sequence[str] | None = None,
+        min_score: float = 0.0,
     ) -> list[TraversalHit]:
         """Spread activation from ``seeds`` over relationships (in both directions) for at most ``max_hops`` hops.
 
@@ -520,9 +521,11 @@ class EmbeddedGraphStore:
         * Expanding ``u`` considers its relationships heaviest first (ties by neighbour id, then relationship id),
           skips entities already on ``u``'s path and types outside ``relationship_types`` (``None``: all types),
           and stops after ``fanout`` distinct neighbours.
+        * A neighbour reached with less than ``min_score`` is not recorded or expanded (it still counts towards
+          ``fanout``), so the result is exactly the unbounded one without the non-seed hits below ``min_score``.
         * Hits are sorted by score desc, then hops, then entity id — deterministic for the same graph.
         """
-        check_traversal(seeds, max_hops, decay, fanout)
+        check_traversal(seeds, max_hops, decay, fanout, min_score)
 
         # The adjacency is immutable, so the walk itself runs without the lock and traversals proceed in parallel.
         graph = self._current_graph()
@@ -550,6 +553,8 @@ class EmbeddedGraphStore:
                         continue
                     taken.add(neighbour)
                     candidate = spread * strength
+                    if candidate < min_score:
+                        continue  # nothing below it can score more: scores never grow along a path
                     current = best.get(neighbour)
                     if current is None or candidate > current[0]:
                         best[neighbour] = (candidate, hop, path + (neighbour,), via + (relationship,))

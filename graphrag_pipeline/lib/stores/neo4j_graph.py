@@ -681,6 +681,7 @@ class Neo4jGraphStore:
         decay: float = 0.5,
         fanout: int = 50,
         relationship_types: Sequence[str] | None = None,
+        min_score: float = 0.0,
     ) -> list[TraversalHit]:
         """Spread activation from ``seeds``: the same contract and scoring as ``EmbeddedGraphStore.traverse``.
 
@@ -689,7 +690,7 @@ class Neo4jGraphStore:
         expansion runs out of fetched relationships before reaching ``fanout`` neighbours (parallel relationships,
         neighbours already on the path) is fetched again in full. The whole walk is one read transaction.
         """
-        check_traversal(seeds, max_hops, decay, fanout)
+        check_traversal(seeds, max_hops, decay, fanout, min_score)
         types = None if relationship_types is None else sorted(set(relationship_types))
         limit = 2 * fanout + max_hops + 1
 
@@ -724,6 +725,8 @@ class Neo4jGraphStore:
                                 continue
                             taken.add(neighbour)
                             candidate = spread * (weight / hood.heaviest)  # edge_strength, as embedded
+                            if candidate < min_score:
+                                continue  # nothing below it can score more: scores never grow along a path
                             current = best.get(neighbour)
                             if current is None or candidate > current[0]:
                                 best[neighbour] = (candidate, hop, path + (neighbour,), via + (relationship,))

@@ -89,8 +89,10 @@ def check_page(offset: int, limit: int) -> None:
         raise ValueError(f"offset and limit must be >= 0, got offset={offset}, limit={limit}")
 
 
-def check_traversal(seeds: dict[str, float], max_hops: int, decay: float, fanout: int) -> None:
+def check_traversal(seeds: dict[str, float], max_hops: int, decay: float, fanout: int, min_score: float = 0.0) -> None:
     """The traversal arguments every GraphStore accepts."""
+    if not (math.isfinite(min_score) and min_score >= 0):
+        raise ValueError(f"min_score must be finite and >= 0, got {min_score!r}")
     if max_hops < 0:
         raise ValueError(f"max_hops must be >= 0, got {max_hops}")
     if not 0 < decay <= 1:
@@ -133,6 +135,7 @@ class GraphStore(Protocol):
         decay: float = 0.5,
         fanout: int = 50,
         relationship_types: Sequence[str] | None = None,
+        min_score: float = 0.0,  # entities reached with less are dropped and not expanded (seeds always kept)
     ) -> list[TraversalHit]: ...
 
     def relationships_between(self, entity_ids: Iterable[str], limit: int = 50) -> list[Relationship]: ...
