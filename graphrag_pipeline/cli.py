@@ -26,6 +26,8 @@ def _parser() -> argparse.ArgumentParser:
     query.add_argument("--top-k", type=int, default=None)
     query.add_argument("--max-hops", type=int, default=None)
     query.add_argument("--fusion", choices=("weighted", "rrf"), default=None)
+    query.add_argument("--group", action="append", default=[], dest="groups",
+                       help="an access group of the caller (repeatable); without any, only unrestricted documents")
     query.add_argument("--json", action="store_true")
 
     graph = commands.add_parser("graph", help="explore the graph")
@@ -72,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
     with open_index(args.config, index_dir=args.index_dir) as index:
         if args.command == "query":
             response = index.query(args.question, mode=args.mode, top_k=args.top_k, max_hops=args.max_hops,
-                                   fusion=args.fusion)
+                                   fusion=args.fusion, groups=args.groups)
             _print(response.to_dict(), args.json, _format_response(response))
         else:
             from graphrag_pipeline.query import explore

@@ -39,6 +39,11 @@ CREATE TABLE IF NOT EXISTS documents (
     chunked_key TEXT            -- content hash + chunking config the current chunks were made from
 );
 CREATE INDEX IF NOT EXISTS documents_shard ON documents(shard);
+CREATE TABLE IF NOT EXISTS document_access (   -- groups that may read a restricted document (none: everyone may)
+    doc_id TEXT NOT NULL,
+    access_group TEXT NOT NULL,
+    PRIMARY KEY (doc_id, access_group)
+);
 CREATE TABLE IF NOT EXISTS chunks (
     chunk_id TEXT PRIMARY KEY,
     doc_id TEXT NOT NULL,
@@ -199,6 +204,18 @@ class StateStore:
                                       THEN documents.chunked_key ELSE NULL END""",
                 rows,
             )
+            conn.executemany("DELETE FROM document_access WHERE doc_id = ?", [(d.doc_id,) for d in documents])
+            conn.executemany(
+                "INSERT INTO document_access VALUES (?, ?)",
+                [(d.doc_id, group) for d in documents for group in sorted(set(access_groups_of(d)))],
+            )
+
+    def restricted_documents(self) -> dict[str, frozenset[str]]:
+        """doc id -> the groups that may read it, for every document readable only by some groups."""
+        grouped: dict[str, set[str]] = {}
+        for doc_id, group in self.query("SELECT doc_id, access_group FROM document_access"):
+            grouped.setdefault(doc_id, set()).add(group)
+        return {doc_id: frozenset(groups) for doc_id, groups in grouped.items()}
 
     def record_seen_sources(self, shards: Iterable[int], hashes: dict[str, str], shard_of: dict[str, int],
                             source: str) -> None:
@@ -224,6 +241,7 @@ class StateStore:
             conn.executemany("DELETE FROM chunks WHERE doc_id = ?", [(d,) for d in doc_ids])
             conn.executemany("DELETE FROM documents WHERE doc_id = ?", [(d,) for d in doc_ids])
             conn.executemany("DELETE FROM source_extractions WHERE doc_id = ?", [(d,) for d in doc_ids])
+            conn.executemany("DELETE FROM document_access WHERE doc_id = ?", [(d,) for d in doc_ids])
 
     def documents(self, shards: Iterable[int] | None = None, doc_ids: Iterable[str] | None = None) -> list[Document]:
         sql = "SELECT doc_id, source, uri, title, text, content_hash, metadata FROM documents"
@@ -467,8 +485,17 @@ class StateStore:
                 "INSERT INTO communities VALUES (?, ?, ?)", [(cid, lvl, p) for cid, (lvl, p) in communities.items()]
             )
 
-    def community_payloads(self) -> dict[str, dict]:
-        return {cid: json.loads(p) for cid, p in self.query("SELECT community_id, payload FROM communities")}
+    def community_payloads(self, community_ids: Iterable[str] | None = None) -> dict[str, dict]:
+        if community_ids is None:
+            return {cid: json.loads(p) for cid, p in self.query("SELECT community_id, payload FROM communities")}
+        id_list = list(set(community_ids))
+        if not id_list:
+            return {}
+        rows = self.query(
+            f"SELECT community_id, payload FROM communities WHERE community_id IN ({','.join('?' * len(id_list))})",
+            id_list,
+        )
+        return {cid: json.loads(p) for cid, p in rows}
 
     def community_summary_hashes(self) -> dict[str, str]:
         return dict(self.query("SELECT community_id, content_hash FROM community_summaries"))
@@ -505,6 +532,12 @@ class StateStore:
         if stage is not None:
             sql, params = sql + " WHERE stage = ?", [stage]
         return [Quarantined(*row) for row in self.query(sql + " ORDER BY stage, item_id", params)]
+
+
+def access_groups_of(document: Document) -> list[str]:
+    """The groups a document's source says may read it (metadata ``access_groups``; none: everyone)."""
+    groups = document.metadata.get("access_groups") or []
+    return [str(group) for group in groups] if isinstance(groups, (list, tuple)) else [str(groups)]
 
 
 def _chunk_from_row(row: tuple) -> Chunk:

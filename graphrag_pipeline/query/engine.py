@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -40,6 +41,7 @@ from graphrag_pipeline.lib.stores.protocols import (
     TraversalHit,
     VectorStore,
 )
+from graphrag_pipeline.query.access import ReaderAccess
 from graphrag_pipeline.query.linking import NameIndex
 from graphrag_pipeline.query.models import MODES, Citation, QueryResponse, QueryResult
 
@@ -134,7 +136,6 @@ class QueryEngine:
         with self._lookup_lock:
             return self.subject_chunks
 
-
     def query(
         self,
         question: str,
@@ -143,18 +144,24 @@ class QueryEngine:
         top_k: int | None = None,
         max_hops: int | None = None,
         fusion: str | None = None,
+        groups: Iterable[str] = (),
     ) -> QueryResponse:
-        """Answer one question; `mode` is vector | graph | hybrid (default) | global."""
+        """Answer one question; `mode` is vector | graph | hybrid (default) | global. ``groups`` are the caller's
+        access groups: nothing derived only from documents the caller may not read is returned (documents without
+        access groups are readable by everyone, so a caller with no groups sees exactly those)."""
         top_k = top_k or self.settings.retrieval.top_k
+        if isinstance(groups, str):
+            raise TypeError("groups must be a collection of group names, not one string")
+        access = ReaderAccess(self.state.restricted_documents(), groups)  # read per question: revocations apply now
         if mode == "global":
             self._check_question(question)
             timings: dict[str, float] = {}
             started = time.perf_counter()
             query_vector = self.embedder.embed([question])[0]
             timings["embed"] = _ms(started)
-            return self._global(question, query_vector, top_k, timings)
+            return self._global(question, query_vector, top_k, timings, access)
         retrieval = self.retrieve(question, mode=mode, max_hops=max_hops, fusion=fusion)
-        return self._respond(retrieval, top_k)
+        return self._respond(retrieval, top_k, access)
 
     def retrieve(
         self,
@@ -164,7 +171,8 @@ class QueryEngine:
         max_hops: int | None = None,
         fusion: str | None = None,
     ) -> Retrieval:
-        """Every score behind a ranking (the eval command reads these to measure the graph's reach)."""
+        """Every score behind a ranking, before access control (the eval command reads these to measure the graph's
+        reach); answers for callers come from ``query``, which filters by the caller's groups as its last step."""
         if mode not in MODES or mode == "global":
             raise ValueError(f"mode must be one of vector, graph, hybrid, global; not {mode!r}")
         self._check_question(question)
@@ -329,23 +337,37 @@ class QueryEngine:
 
     # --- responses ----------------------------------------------------------------------------------------------
 
-    def _respond(self, retrieval: Retrieval, top_k: int) -> QueryResponse:
+    def _readable_ranking(self, combined: dict[str, float], top_k: int, access: ReaderAccess) -> dict[str, Chunk]:
+        """The best ``top_k`` chunks the caller may read, in rank order (a caller's filter is applied after ranking,
+        so it never changes how the others rank)."""
+        ranking = rank(combined)
+        kept: dict[str, Chunk] = {}
+        for start in range(0, len(ranking), 4 * top_k):
+            window = ranking[start : start + 4 * top_k]
+            fetched = {c.chunk_id: c for c in self.state.chunks(chunk_ids=window)}
+            for chunk_id in window:
+                chunk = fetched.get(chunk_id)  # missing: the index moved on under us (a delete landed)
+                if chunk is not None and access.can_read(chunk.doc_id):
+                    kept[chunk_id] = chunk
+                    if len(kept) == top_k:
+                        return kept
+        return kept
+
+    def _respond(self, retrieval: Retrieval, top_k: int, access: ReaderAccess) -> QueryResponse:
         started = time.perf_counter()
         timings = retrieval.timings
-        ranking = rank(retrieval.combined)[:top_k]
+        chunks = self._readable_ranking(retrieval.combined, top_k, access)
+        ranking = list(chunks)
         graph_scores, best_entity = retrieval.graph_scores, retrieval.best_entity
         reached, linked, vector_scores = retrieval.reached, retrieval.linked, retrieval.vector_scores
-        chunks = {c.chunk_id: c for c in self.state.chunks(chunk_ids=ranking)}
         documents = {d.doc_id: d for d in self.state.documents(doc_ids={c.doc_id for c in chunks.values()})}
         paths = {c: self._entity_path(retrieval, reached[best_entity[c]]) for c in ranking if c in best_entity}
         path_ids = {eid for path in paths.values() for eid in path}
         linked_ids = set(linked)
-        names = self.graph.get_entities(path_ids | linked_ids)
+        names = {eid: e for eid, e in self.graph.get_entities(path_ids | linked_ids).items()
+                 if access.can_read_any(e.doc_ids)}
         results = []
-        for chunk_id in ranking:
-            chunk = chunks.get(chunk_id)
-            if chunk is None:  # the index moved on under us (a delete landed): skip, never invent text
-                continue
+        for chunk_id, chunk in chunks.items():
             doc = documents.get(chunk.doc_id)
             vector = vector_scores.get(chunk_id, retrieval.vector_floor)
             graph = graph_scores.get(chunk_id, 0.0)
@@ -365,9 +387,11 @@ class QueryEngine:
                     citations=[_citation(doc, chunk)],
                 )
             )
-        relationships = self.graph.relationships_between(path_ids | linked_ids, limit=25) if linked_ids or path_ids else []
-        extra = {r.source_id for r in relationships} | {r.target_id for r in relationships}
-        names.update(self.graph.get_entities(extra - set(names)))
+        visible_ids = set(names)
+        relationships = [
+            r for r in (self.graph.relationships_between(visible_ids, limit=25) if visible_ids else [])
+            if access.can_read_any(r.doc_ids)
+        ]
         timings["respond"] = _ms(started)
         return QueryResponse(
             question=retrieval.question,
@@ -385,7 +409,7 @@ class QueryEngine:
                     "target": names[r.target_id].name if r.target_id in names else r.target_id,
                     "predicates": list(r.predicates),
                     "weight": r.weight,
-                    "doc_ids": list(r.doc_ids[:10]),
+                    "doc_ids": [d for d in r.doc_ids if access.can_read(d)][:10],
                 }
                 for r in relationships
             ],
@@ -400,18 +424,25 @@ class QueryEngine:
         via = retrieval.seed_via.get(hit.path[0])
         return (via, *hit.path) if via else hit.path
 
-    def _global(self, question: str, query_vector: np.ndarray, top_k: int, timings: dict[str, float]) -> QueryResponse:
+    def _global(
+        self, question: str, query_vector: np.ndarray, top_k: int, timings: dict[str, float], access: ReaderAccess
+    ) -> QueryResponse:
         started = time.perf_counter()
-        hits = self.vectors.search(COMMUNITIES, query_vector, top_k)
+        hits = self.vectors.search(COMMUNITIES, query_vector, 4 * top_k)  # room for summaries the caller may not read
         summaries = self.state.community_summary_payloads([h.point_id for h in hits])
+        members = {cid: c["entity_ids"] for cid, c in self.state.community_payloads(summaries).items()}
+        entities = self.graph.get_entities({eid for ids in members.values() for eid in ids})
+        readable = {
+            cid for cid, ids in members.items()
+            if access.can_read_all(d for eid in ids if eid in entities for d in entities[eid].doc_ids)
+        }
+        hits = [h for h in hits if h.point_id in readable and h.point_id in summaries][:top_k]
         cited_chunks = {c.chunk_id: c for c in self.state.chunks(
-            chunk_ids=[cid for s in summaries.values() for cid in s["chunk_ids"][:5]])}
+            chunk_ids=[cid for h in hits for cid in summaries[h.point_id]["chunk_ids"][:5]])}
         documents = {d.doc_id: d for d in self.state.documents(doc_ids={c.doc_id for c in cited_chunks.values()})}
         results = []
         for hit in hits:
-            summary = summaries.get(hit.point_id)
-            if summary is None:
-                continue
+            summary = summaries[hit.point_id]
             citations = [
                 _citation(documents.get(cited_chunks[c].doc_id), cited_chunks[c])
                 for c in summary["chunk_ids"][:5] if c in cited_chunks
