@@ -232,9 +232,21 @@ class LLMConfig(StrictModel):
 
 class SourceConfig(StrictModel):
     name: str
-    kind: Literal["folder", "eval_set"] = "folder"
-    path: str
+    kind: Literal["folder", "eval_set", "confluence"] = "folder"
+    path: str = ""  # folder and eval_set sources (required for them)
     extensions: tuple[str, ...] = (".md", ".markdown", ".txt", ".html", ".htm")
+    # confluence only (lib.confluence). base_url includes the context path: https://example.atlassian.net/wiki (Cloud),
+    # https://confluence.example.com or https://example.com/confluence (Data Center). Credentials never appear here,
+    # only the names of the environment variables holding them: with $user_env set, basic auth (Cloud: account email
+    # + API token); without it, the token is sent as a Bearer token (Data Center personal access token).
+    base_url: str | None = None
+    flavor: Literal["cloud", "datacenter"] = "cloud"
+    spaces: tuple[str, ...] = ()
+    token_env: str = "CONFLUENCE_TOKEN"
+    user_env: str | None = "CONFLUENCE_USER"
+    access_groups: tuple[str, ...] = ()  # who may read a page without read restrictions (empty: everyone)
+    page_limit: int = Field(50, ge=1, le=1000)
+    timeout_seconds: float = Field(30, gt=0)
 
     @field_validator("name")
     @classmethod
@@ -242,6 +254,34 @@ class SourceConfig(StrictModel):
         if not re.match(r"^[A-Za-z0-9_.-]+$", value):
             raise ValueError("source name may only contain letters, digits, '_', '.', '-'")
         return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _no_trailing_slash(cls, value: str | None) -> str | None:
+        return value.strip().rstrip("/") if value is not None else None
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> "SourceConfig":
+        if self.kind != "confluence":
+            if not self.path:
+                raise ValueError(f"source {self.name!r}: path is required for a {self.kind} source")
+            if self.base_url is not None or self.spaces:
+                raise ValueError(f"source {self.name!r}: base_url and spaces apply to confluence sources only")
+            return self
+        if not self.base_url or not re.match(r"^https?://[^/\s]+", self.base_url):
+            raise ValueError(f"source {self.name!r}: a confluence source needs base_url (http:// or https://)")
+        if not self.spaces:
+            raise ValueError(f"source {self.name!r}: a confluence source needs at least one space key in spaces")
+        bad = [key for key in self.spaces if not re.match(r"^~?[A-Za-z0-9_.:@-]+$", key)]
+        if bad:
+            raise ValueError(f"source {self.name!r}: invalid space key(s) {bad}")
+        if len(set(self.spaces)) != len(self.spaces):
+            raise ValueError(f"source {self.name!r}: duplicate space keys in {list(self.spaces)}")
+        if not self.token_env.strip() or (self.user_env is not None and not self.user_env.strip()):
+            raise ValueError(f"source {self.name!r}: token_env and user_env must name environment variables")
+        if any(not group.strip() for group in self.access_groups):
+            raise ValueError(f"source {self.name!r}: access_groups may not contain empty names")
+        return self
 
 
 class PipelineSettings(StrictModel):

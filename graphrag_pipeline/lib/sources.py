@@ -1,6 +1,6 @@
 """Reading configured sources into ``Document`` records.
 
-Two kinds of source:
+Three kinds of source:
 
 * ``folder``: files under a directory. Markdown (``.md``, ``.markdown``) has its YAML front matter moved into
   ``metadata`` (the reader's own keys ``path``, ``extension`` and ``modified`` take precedence); HTML (``.html``,
@@ -8,6 +8,10 @@ Two kinds of source:
   structure; every other configured extension is read as plain text. Files must be UTF-8 (a BOM is fine).
 * ``eval_set``: a benchmark folder with ``corpus.jsonl`` passages and, optionally, ``extraction.jsonl`` with
   precomputed entities and triples per passage.
+* ``confluence``: pages of Confluence spaces over the Cloud or Data Center REST API (``lib.confluence``). There,
+  ``scan_hashes`` and ``SourceScan.hashes`` hold version markers (from the page's version number, listed without
+  bodies) rather than the documents' content hashes; both agree, so sensors compare them directly. Incremental reads
+  (only pages modified since a time) are ``lib.confluence.read_confluence(source, since=...)``.
 
 Readers never crash on one bad input: a file that is not UTF-8, a front matter block that is not valid YAML or a
 malformed JSON line becomes a ``Quarantined`` record with the reason, and the scan goes on.
@@ -65,13 +69,22 @@ def read_source(source: SourceConfig) -> SourceScan:
         return read_folder(source)
     if source.kind == "eval_set":
         return read_eval_set(source)
+    if source.kind == "confluence":
+        from graphrag_pipeline.lib.confluence import read_confluence  # imports this module; httpx only when used
+
+        return read_confluence(source)
     raise ValueError(f"source {source.name!r}: unknown kind {source.kind!r}")
 
 
 def scan_hashes(source: SourceConfig) -> dict[str, str]:
-    """doc_id -> content hash for any source kind; the values equal the ``content_hash`` of the read documents."""
+    """doc_id -> change hash for any source kind, equal to ``read_source(source).hashes`` (the documents'
+    ``content_hash`` for folders and eval sets; version markers, fetched without bodies, for Confluence)."""
     if source.kind == "folder":
         return scan_folder_hashes(source)
+    if source.kind == "confluence":
+        from graphrag_pipeline.lib.confluence import scan_confluence_hashes
+
+        return scan_confluence_hashes(source)
     return read_source(source).hashes
 
 

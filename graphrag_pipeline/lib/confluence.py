@@ -1,0 +1,691 @@
+"""Confluence pages as ``Document`` records, read over the REST API (v1) of Confluence Cloud and Data Center.
+
+Both flavors answer the same JSON under ``{base_url}/rest/api``; ``base_url`` carries the context path
+(``https://example.atlassian.net/wiki`` on Cloud, ``https://confluence.example.com`` or ``.../confluence`` on Data
+Center). Requests used:
+
+* ``GET /rest/api/content?spaceKey=KEY&type=page&status=current&limit=N&start=S&expand=...``: every current page of
+  a space. A full read expands ``CONTENT_EXPAND`` (storage-format body, version, labels, ancestors, the page's and its
+  ancestors' read restrictions); the cheap change scan expands ``version`` only, never a body.
+* ``GET /rest/api/content/search?cql=...&limit=N&expand=...`` with
+  ``space="KEY" and type=page and lastmodified >= "yyyy/MM/dd HH:mm"``: pages modified since a time (incremental).
+* ``GET /rest/api/space/KEY``: only when a space lists no page at all, to tell an empty space from a missing or
+  invisible one (Confluence answers both with an empty list, which would otherwise delete the space's documents).
+* ``GET /rest/api/content/ID?expand=restrictions.read.restrictions.user,restrictions.read.restrictions.group``: only
+  for an ancestor whose read restriction neither the answers nor the space listing carried.
+
+Pagination follows ``_links.next`` (relative to ``base_url``; Cloud's CQL search puts a cursor in it), and falls back
+to ``start`` + ``size`` while full pages come back. Servers may return fewer results than asked for (Cloud caps
+``limit`` when bodies are expanded); that is handled. Authentication: the token comes from the environment variable
+named by ``token_env``; when ``user_env`` names a variable that is set, basic auth ``user:token`` (Cloud: account
+email + API token), otherwise ``Authorization: Bearer <token>`` (Data Center personal access token). Credentials are
+never logged nor put in error messages. 429 and 5xx answers, timeouts and connection errors are retried
+(``MAX_ATTEMPTS`` attempts in all, exponential backoff with jitter, a server's ``Retry-After`` honoured up to
+``MAX_BACKOFF_SECONDS``); anything else fails the read with a ``ConfluenceError`` naming the source and the space. A
+read never returns a partial space: a listing that failed half-way would look like deleted pages.
+
+Documents: ``doc_id`` is ``{source.name}:{page id}`` (stable across edits, moves and renames); ``uri`` is the page's
+web URL (``base_url`` + ``_links.webui``); ``text`` is the storage-format XHTML reduced by ``sources.html_to_text``
+(code macros kept as preformatted blocks, macro parameters dropped). ``metadata``: ``space_key``, ``page_id``,
+``version``, ``last_modified`` (ISO 8601, UTC), ``labels``, ``ancestors`` (titles, root first), ``ancestor_ids``,
+``access_groups`` and ``access_restrictions``. A page that cannot be understood (no body string, no version, ...)
+becomes a ``Quarantined`` record for the sources stage and the read goes on.
+
+Access: Confluence shows a page only to principals allowed by the page's own read restriction *and* by every
+restricted ancestor's. ``access_restrictions`` lists those levels (root first, each a sorted list of group names and
+``user:<accountId or username>``), exact for a caller that knows group memberships. ``access_groups`` is the flat
+list for filtering ("may read if matching any entry"): the principals common to every restricted level (exact when
+one level is restricted, otherwise never broader than the truth), ``[NO_COMMON_PRINCIPAL]`` when the levels share no
+principal, and the source's configured ``access_groups`` when nothing is restricted (empty: everyone). Space
+permissions are not read from the API; the configured ``access_groups`` stand in for them. An ancestor's restriction
+comes from the answer (``ancestors.restrictions...`` expansion), else from the same listing, else is asked for. Only
+the first page of a restriction's principals is read (200 by default): a longer list admits fewer, never more.
+
+Change detection: ``content_hash`` covers title, text, labels, ancestors, URL and both access fields, so a permission
+change re-ingests the page; version and modification time are metadata only. The hashes in ``SourceScan.hashes`` and
+``scan_confluence_hashes`` are *version markers* (derived from the page's version number), identical in both, so a
+sensor cursor and the seen-sources baseline compare directly; the cheap scan sees new, edited and deleted pages.
+Confluence does not bump the version for restriction or label changes, so those are caught by the next full read
+(``read_confluence``), not by the cheap scan.
+
+Incremental reads: ``read_confluence(source, since=t)`` fetches full pages only for pages modified at or after ``t``
+(CQL, queried from ``CQL_MARGIN`` earlier because CQL dates are minute-precision wall-clock times in the token
+user's time zone, then filtered exactly on ``version.when``), while ``hashes`` still lists every current page from
+the cheap listing. The caller must treat a doc id present in ``hashes`` but absent from ``documents`` as unchanged,
+not deleted; only ids missing from ``hashes`` are deleted.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import json
+import logging
+import os
+import random
+import re
+import time
+from collections.abc import Callable, Iterator, Mapping
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from graphrag_pipeline.lib.config import SourceConfig
+from graphrag_pipeline.lib.ids import content_hash
+from graphrag_pipeline.lib.models import Document, Quarantined
+from graphrag_pipeline.lib.sources import STAGE, SourceScan, html_to_text
+
+log = logging.getLogger(__name__)
+
+API = "/rest/api"
+CONTENT_EXPAND = (
+    "body.storage",
+    "version",
+    "ancestors",
+    "metadata.labels",
+    "restrictions.read.restrictions.user",
+    "restrictions.read.restrictions.group",
+    "ancestors.restrictions.read.restrictions.user",
+    "ancestors.restrictions.read.restrictions.group",
+)
+LISTING_EXPAND = ("version",)
+MAX_ATTEMPTS = 3
+BACKOFF_SECONDS = 1.0
+MAX_BACKOFF_SECONDS = 30.0
+CQL_MARGIN = dt.timedelta(days=1)  # covers any user time zone (UTC-12 .. UTC+14), clock skew and minute truncation
+NO_COMMON_PRINCIPAL = "confluence:no-common-principal"  # matches nobody: nested restrictions with disjoint principals
+_ERROR_EXCERPT = 300
+_RAW_EXCERPT = 2000
+
+
+class ConfluenceError(RuntimeError):
+    """The Confluence API could not be used: configuration, authentication, permissions, an unusable answer."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status  # the HTTP status when the server refused the request
+
+
+class ConfluenceClient:
+    """A small client for the REST API subset above. Use as a context manager, or call ``close``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        user: str | None = None,
+        page_limit: int = 50,
+        timeout_seconds: float = 30,
+        source_name: str = "confluence",
+        auth_hint: str = "",
+        max_attempts: int = MAX_ATTEMPTS,
+        backoff_seconds: float = BACKOFF_SECONDS,
+        max_backoff_seconds: float = MAX_BACKOFF_SECONDS,
+        sleep: Callable[[float], None] = time.sleep,  # injectable so tests can see the waits without waiting
+    ):
+        self.base_url = base_url.rstrip("/")
+        parts = urlsplit(self.base_url)
+        self._origin = f"{parts.scheme}://{parts.netloc}"
+        self._context = parts.path.rstrip("/")  # "/wiki", "/confluence" or ""
+        self.page_limit = page_limit
+        self.source_name = source_name
+        self._auth_hint = auth_hint
+        self._max_attempts = max(1, max_attempts)
+        self._backoff = backoff_seconds
+        self._max_backoff = max_backoff_seconds
+        self._sleep = sleep
+        auth: httpx.Auth | None = httpx.BasicAuth(user, token) if user else None
+        headers = {"Accept": "application/json"}
+        if not user:
+            headers["Authorization"] = f"Bearer {token}"
+        # No redirects: credentials go to base_url's host only, and a redirect means base_url needs fixing.
+        self._http = httpx.Client(auth=auth, headers=headers, timeout=timeout_seconds, follow_redirects=False)
+
+    @classmethod
+    def from_source(
+        cls,
+        source: SourceConfig,
+        *,
+        environ: Mapping[str, str] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> "ConfluenceClient":
+        """A client for a ``kind: confluence`` source, with the credentials its environment variables hold."""
+        if source.kind != "confluence" or not source.base_url:
+            raise ConfluenceError(f"source {source.name!r} is not a confluence source with a base_url")
+        env = os.environ if environ is None else environ
+        token = env.get(source.token_env, "")
+        if not token:
+            raise ConfluenceError(
+                f"Confluence source {source.name!r}: environment variable {source.token_env} is not set; it must hold "
+                f"the API token ({'Cloud API token' if source.flavor == 'cloud' else 'personal access token'})"
+            )
+        user = env.get(source.user_env) if source.user_env else None
+        if user:
+            hint = f"basic auth as ${source.user_env} with the token in ${source.token_env}"
+        else:
+            hint = f"Bearer token from ${source.token_env}"
+            if source.flavor == "cloud":
+                hint += f"; Cloud API tokens need the account email in ${source.user_env or 'user_env'}"
+        return cls(
+            source.base_url,
+            token,
+            user=user or None,
+            page_limit=source.page_limit,
+            timeout_seconds=source.timeout_seconds,
+            source_name=source.name,
+            auth_hint=hint,
+            sleep=sleep,
+        )
+
+    def __enter__(self) -> "ConfluenceClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # ----------------------------------------------------------------------------------------------------- requests
+
+    def pages(self, space: str, *, expand: tuple[str, ...] = CONTENT_EXPAND) -> Iterator[Any]:
+        """Every current page of ``space`` as the API returns it (JSON objects), with ``expand`` expanded."""
+        params = {
+            "spaceKey": space,
+            "type": "page",
+            "status": "current",
+            "limit": str(self.page_limit),
+            "start": "0",
+            "expand": ",".join(expand),
+        }
+        yield from self._paginate(f"{API}/content", params, space)
+
+    def page_versions(self, space: str) -> dict[str, int | None]:
+        """page id -> version number of every current page of ``space``, without bodies (the cheap listing)."""
+        versions: dict[str, int | None] = {}
+        for page in self.pages(space, expand=LISTING_EXPAND):
+            page_id = _page_id(page)
+            if page_id is not None:
+                versions[page_id] = _version_number(page)
+        return versions
+
+    def pages_modified_since(
+        self, space: str, since: dt.datetime, *, expand: tuple[str, ...] = CONTENT_EXPAND
+    ) -> Iterator[Any]:
+        """Current pages of ``space`` whose last modification (``version.when``) is at or after ``since``.
+
+        A naive ``since`` is taken as UTC. The CQL query starts ``CQL_MARGIN`` earlier (CQL compares minute-precision
+        wall-clock times in the token user's time zone); the exact cut is made here on ``version.when``. Pages whose
+        time cannot be read are yielded too, so the reader can quarantine them instead of losing them silently.
+        """
+        since_utc = _as_utc(since)
+        cql_from = (since_utc - CQL_MARGIN).strftime("%Y/%m/%d %H:%M")
+        params = {
+            "cql": f'space="{_cql_escape(space)}" and type=page and lastmodified >= "{cql_from}"',
+            "limit": str(self.page_limit),
+            "start": "0",
+            "expand": ",".join(expand),
+        }
+        for page in self._paginate(f"{API}/content/search", params, space):
+            when = _version_when(page)
+            if when is None or when >= since_utc:
+                yield page
+
+    def check_space(self, space: str) -> None:
+        """Raise ``ConfluenceError`` unless ``space`` exists and the credentials can see it."""
+        try:
+            self._get_json(f"{self.base_url}{API}/space/{space}", None, space)
+        except ConfluenceError as error:
+            if error.status == 404:
+                raise ConfluenceError(
+                    f"Confluence source {self.source_name!r}, space {space!r}: the space does not exist or the "
+                    f"credentials cannot see it (GET {API}/space/{space} answered 404)"
+                ) from error
+            raise
+
+    def content_read_principals(self, page_id: str, space: str) -> frozenset[str] | None:
+        """Who the read restriction of one page admits (None: unrestricted), for ancestors the answers left out."""
+        params = {"expand": "restrictions.read.restrictions.user,restrictions.read.restrictions.group"}
+        data = self._get_json(f"{self.base_url}{API}/content/{page_id}", params, space)
+        try:
+            return _read_principals(data)
+        except _Malformed as problem:
+            raise ConfluenceError(
+                f"Confluence source {self.source_name!r}, space {space!r}: read restrictions of page {page_id} "
+                f"cannot be read: {problem}"
+            ) from problem
+
+    def _paginate(self, path: str, params: dict[str, str], space: str) -> Iterator[Any]:
+        url: str = f"{self.base_url}{path}"
+        query: dict[str, str] | None = params
+        start = 0
+        followed: set[str] = set()
+        while True:
+            data = self._get_json(url, query, space)
+            results = data.get("results")
+            if not isinstance(results, list):
+                raise ConfluenceError(
+                    f"Confluence source {self.source_name!r}, space {space!r}: GET {url} answered without a "
+                    f"'results' list: {json.dumps(data)[:_ERROR_EXCERPT]}"
+                )
+            yield from results
+            next_link = _dig(data, "_links", "next")
+            if isinstance(next_link, str) and next_link:
+                url, query = self._resolve(next_link, space), None
+                if url in followed:
+                    raise ConfluenceError(
+                        f"Confluence source {self.source_name!r}, space {space!r}: pagination loops at {url}"
+                    )
+                followed.add(url)
+                continue
+            # No next link: page by start/size while the server keeps returning full pages.
+            size = data.get("size") if isinstance(data.get("size"), int) else len(results)
+            limit = data.get("limit") if isinstance(data.get("limit"), int) else int(params["limit"])
+            if not results or size <= 0 or size < limit:
+                return
+            start = (data.get("start") if isinstance(data.get("start"), int) else start) + size
+            url, query = f"{self.base_url}{path}", {**params, "start": str(start)}
+
+    def _resolve(self, link: str, space: str) -> str:
+        """A ``_links.next`` value as an absolute URL on this server (it is relative to ``base_url``)."""
+        parts = urlsplit(link)
+        if parts.scheme or parts.netloc:
+            if f"{parts.scheme}://{parts.netloc}" != self._origin:
+                # Never send the credentials to another host.
+                raise ConfluenceError(
+                    f"Confluence source {self.source_name!r}, space {space!r}: next page link points to another "
+                    f"host: {link}"
+                )
+            return link
+        if not link.startswith("/"):
+            link = "/" + link
+        if self._context and link.startswith(f"{self._context}{API}/"):
+            return self._origin + link  # a server that includes its context path in the link
+        return self.base_url + link
+
+    def _get_json(self, url: str, params: dict[str, str] | None, space: str) -> dict[str, Any]:
+        where = f"Confluence source {self.source_name!r}, space {space!r}"
+        last_error = ""
+        for attempt in range(self._max_attempts):
+            retry_after: float | None = None
+            try:
+                response = self._http.get(url, params=params)
+            except httpx.TransportError as error:  # timeouts, refused or dropped connections
+                last_error = f"{type(error).__name__}: {error}"
+            except httpx.RequestError as error:
+                raise ConfluenceError(f"{where}: GET {url} failed: {type(error).__name__}: {error}") from error
+            else:
+                if response.is_success:
+                    try:
+                        data = response.json()
+                    except ValueError as error:
+                        raise ConfluenceError(
+                            f"{where}: GET {url} answered HTTP {response.status_code} with a body that is not JSON: "
+                            f"{response.text[:_ERROR_EXCERPT]!r}"
+                        ) from error
+                    if not isinstance(data, dict):
+                        raise ConfluenceError(f"{where}: GET {url} answered JSON that is not an object")
+                    return data
+                status = response.status_code
+                excerpt = response.text[:_ERROR_EXCERPT]
+                if status in (401, 403):
+                    what = "authentication failed" if status == 401 else "permission denied"
+                    raise ConfluenceError(
+                        f"{where}: {what} (HTTP {status} from GET {url}); credentials used: {self._auth_hint}. "
+                        f"Server said: {excerpt}",
+                        status,
+                    )
+                if status != 429 and status < 500:
+                    raise ConfluenceError(f"{where}: GET {url} was rejected with HTTP {status}: {excerpt}", status)
+                last_error = f"HTTP {status}: {excerpt}"
+                retry_after = _retry_after_seconds(response.headers.get("Retry-After"))
+            if attempt + 1 == self._max_attempts:
+                break
+            wait = (
+                min(retry_after, self._max_backoff)
+                if retry_after is not None
+                else random.uniform(0, min(self._max_backoff, self._backoff * 2**attempt))
+            )
+            log.warning("%s: GET %s failed (%s); retry %d/%d in %.2fs", where, url, last_error, attempt + 1,
+                        self._max_attempts - 1, wait)
+            self._sleep(wait)
+        raise ConfluenceError(f"{where}: GET {url} failed after {self._max_attempts} attempts: {last_error}")
+
+
+# ---------------------------------------------------------------------------------------------------------- readers
+
+
+def read_confluence(
+    source: SourceConfig, *, since: dt.datetime | None = None, client: ConfluenceClient | None = None
+) -> SourceScan:
+    """Pages of every configured space as documents (all of them, or with ``since`` only those modified since then).
+
+    ``hashes`` always maps every current page to its version marker (see the module docstring): with ``since``, ids
+    in ``hashes`` but not in ``documents`` are unchanged pages, not deleted ones. Raises ``ConfluenceError`` when a
+    space cannot be read completely.
+    """
+    own_client = client is None
+    client = client or ConfluenceClient.from_source(source)
+    documents: list[Document] = []
+    quarantined: list[Quarantined] = []
+    hashes: dict[str, str] = {}
+    try:
+        for space in source.spaces:
+            if since is None:
+                pages = list(client.pages(space))
+                if not pages:
+                    client.check_space(space)
+                for page in pages:
+                    page_id = _page_id(page)
+                    if page_id is not None:
+                        hashes[f"{source.name}:{page_id}"] = version_marker(_version_number(page))
+            else:
+                versions = client.page_versions(space)
+                if not versions:
+                    client.check_space(space)
+                hashes.update({f"{source.name}:{pid}": version_marker(number) for pid, number in versions.items()})
+                pages = list(client.pages_modified_since(space, since))
+                for page in pages:  # created between the listing and the search
+                    page_id = _page_id(page)
+                    if page_id is not None:
+                        hashes.setdefault(f"{source.name}:{page_id}", version_marker(_version_number(page)))
+            principals = _principals_by_id(client, space, pages)
+            for index, page in enumerate(pages):
+                page_id = _page_id(page)
+                item_id = f"{source.name}:{page_id}" if page_id is not None else f"{source.name}:{space}:#{index}"
+                try:
+                    documents.append(_page_document(source, client.base_url, space, page, principals))
+                except _Malformed as problem:
+                    quarantined.append(
+                        Quarantined(
+                            stage=STAGE,
+                            item_id=item_id,
+                            reason=f"Confluence page in space {space!r}: {problem}",
+                            raw=json.dumps(page, ensure_ascii=False, default=str)[:_RAW_EXCERPT],
+                        )
+                    )
+    finally:
+        if own_client:
+            client.close()
+    return SourceScan(documents=tuple(documents), quarantined=tuple(quarantined), hashes=hashes)
+
+
+def scan_confluence_hashes(source: SourceConfig, *, client: ConfluenceClient | None = None) -> dict[str, str]:
+    """Cheap change scan for sensors: doc_id -> version marker of every current page, no bodies fetched.
+
+    The values equal ``read_confluence(source).hashes``; a page missing from the result has been deleted (or moved
+    out of the configured spaces, or hidden from the token).
+    """
+    own_client = client is None
+    client = client or ConfluenceClient.from_source(source)
+    hashes: dict[str, str] = {}
+    try:
+        for space in source.spaces:
+            versions = client.page_versions(space)
+            if not versions:
+                client.check_space(space)
+            hashes.update({f"{source.name}:{pid}": version_marker(number) for pid, number in versions.items()})
+    finally:
+        if own_client:
+            client.close()
+    return hashes
+
+
+def version_marker(number: int | None) -> str:
+    """The change-scan hash of a page: derived from its version number alone."""
+    return content_hash("confluence-version", str(number)) if number is not None else "unversioned"
+
+
+# ------------------------------------------------------------------------------------------------------------ pages
+
+_CDATA = re.compile(r"<!\[CDATA\[(.*?)\]\]>", re.DOTALL)
+_PLAIN_TEXT_BODY = re.compile(
+    r"<ac:plain-text-body\b[^>]*>\s*<!\[CDATA\[(.*?)\]\]>\s*</ac:plain-text-body>", re.DOTALL | re.IGNORECASE
+)
+_MACRO_PARAMETER = re.compile(r"<ac:parameter\b[^>]*>.*?</ac:parameter>", re.DOTALL | re.IGNORECASE)
+
+
+def storage_to_text(storage: str) -> str:
+    """Readable text of a storage-format (XHTML) body: code macros as preformatted blocks, CDATA kept as text."""
+    xhtml = _MACRO_PARAMETER.sub("", storage)
+    xhtml = _PLAIN_TEXT_BODY.sub(lambda match: f"<pre>{html.escape(match.group(1))}</pre>", xhtml)
+    xhtml = _CDATA.sub(lambda match: html.escape(match.group(1)), xhtml)
+    return html_to_text(xhtml)[1]
+
+
+class _Malformed(ValueError):
+    """A page record this reader cannot turn into a document."""
+
+
+_UNREADABLE = "unreadable"  # stands in for the principals of a page whose restrictions are garbled
+
+
+def _principals_by_id(
+    client: ConfluenceClient, space: str, pages: list[Any]
+) -> dict[str, frozenset[str] | None | str]:
+    """page id -> read principals (None: unrestricted) for every page read and every ancestor of one.
+
+    From the pages themselves, then from the ancestors as the answers carried them, then (for ancestors the answers
+    said nothing about, e.g. an incremental read whose server ignored the nested expansion) asked one by one.
+    """
+    known: dict[str, frozenset[str] | None | str] = {}
+
+    def learn(content: Any) -> None:
+        content_id = _page_id(content)
+        if content_id is None or content_id in known or "restrictions" not in content:
+            return
+        try:
+            known[content_id] = _read_principals(content)
+        except _Malformed:
+            known[content_id] = _UNREADABLE
+
+    needed: list[str] = []
+    for page in pages:
+        learn(page)
+    for page in pages:
+        ancestors = page.get("ancestors") if isinstance(page, dict) else None
+        for ancestor in ancestors if isinstance(ancestors, list) else ():
+            learn(ancestor)
+            ancestor_id = _page_id(ancestor)
+            if ancestor_id is not None:
+                needed.append(ancestor_id)
+    for ancestor_id in dict.fromkeys(needed):
+        if ancestor_id not in known:
+            known[ancestor_id] = client.content_read_principals(ancestor_id, space)
+    return known
+
+
+def _page_document(
+    source: SourceConfig,
+    base_url: str,
+    space: str,
+    page: Any,
+    principals_by_id: Mapping[str, frozenset[str] | None | str],
+) -> Document:
+    page_id = _page_id(page)
+    if page_id is None:
+        raise _Malformed("not a content object with an id")
+    title = page.get("title")
+    if not isinstance(title, str):
+        raise _Malformed(f"page {page_id}: title is not a string")
+    body = _dig(page, "body", "storage", "value")
+    if not isinstance(body, str):
+        raise _Malformed(f"page {page_id}: body.storage.value is missing or not a string")
+    number = _version_number(page)
+    if number is None:
+        raise _Malformed(f"page {page_id}: version.number is missing or not an integer")
+    when = _version_when(page)
+    if when is None:
+        raise _Malformed(f"page {page_id}: version.when is missing or not an ISO 8601 time")
+    labels = _labels(page, page_id)
+    ancestors = page.get("ancestors", [])
+    if not isinstance(ancestors, list) or not all(isinstance(a, dict) and _page_id(a) for a in ancestors):
+        raise _Malformed(f"page {page_id}: ancestors is not a list of content objects with ids")
+    ancestor_titles = [str(a.get("title", "")) for a in ancestors]
+    ancestor_ids = [str(_page_id(a)) for a in ancestors]
+
+    if "restrictions" not in page:
+        raise _Malformed(f"page {page_id}: the answer has no read restrictions; refusing to guess who may read it")
+    levels: list[frozenset[str]] = []
+    for ancestor_id in ancestor_ids:
+        principals = principals_by_id.get(ancestor_id)
+        if principals == _UNREADABLE:
+            raise _Malformed(f"page {page_id}: the read restrictions of its ancestor {ancestor_id} cannot be read")
+        if isinstance(principals, frozenset) and principals:
+            levels.append(principals)
+    own = _read_principals(page)
+    if own:
+        levels.append(own)
+    if levels:
+        common = frozenset.intersection(*levels)
+        access_groups = sorted(common) if common else [NO_COMMON_PRINCIPAL]
+    else:
+        access_groups = sorted(set(source.access_groups))
+    access_restrictions = [sorted(level) for level in levels]
+
+    try:
+        text = storage_to_text(body)
+    except Exception as error:  # noqa: BLE001 (any parser failure is this page's problem, not the read's)
+        raise _Malformed(f"page {page_id}: body cannot be parsed: {type(error).__name__}: {error}") from error
+    webui = _dig(page, "_links", "webui")
+    uri = f"{base_url}{webui}" if isinstance(webui, str) and webui.startswith("/") else (
+        f"{base_url}/pages/viewpage.action?pageId={page_id}"
+    )
+    metadata = {
+        "space_key": space,
+        "page_id": page_id,
+        "version": number,
+        "last_modified": when.isoformat(timespec="seconds"),
+        "labels": labels,
+        "ancestors": ancestor_titles,
+        "ancestor_ids": ancestor_ids,
+        "access_groups": access_groups,
+        "access_restrictions": access_restrictions,
+    }
+    digest = content_hash(
+        title,
+        text,
+        uri,
+        json.dumps(labels),
+        json.dumps(ancestor_titles),
+        json.dumps(access_groups),
+        json.dumps(access_restrictions),
+    )
+    return Document(
+        doc_id=f"{source.name}:{page_id}",
+        source=source.name,
+        uri=uri,
+        title=title,
+        text=text,
+        content_hash=digest,
+        metadata=metadata,
+    )
+
+
+def _read_principals(content: dict[str, Any]) -> frozenset[str] | None:
+    """Who a read restriction on ``content`` admits (groups by name, users as ``user:<id>``); None: no restriction."""
+    restrictions = content.get("restrictions")
+    if restrictions is None:
+        return None
+    if not isinstance(restrictions, dict):
+        raise _Malformed("restrictions is not an object")
+    read = restrictions.get("read")
+    if read is None:
+        return None
+    inner = read.get("restrictions") if isinstance(read, dict) else None
+    if inner is None:
+        return None
+    if not isinstance(inner, dict):
+        raise _Malformed("restrictions.read.restrictions is not an object")
+    principals: set[str] = set()
+    for kind in ("group", "user"):
+        block = inner.get(kind)
+        if block is None:
+            continue
+        results = block.get("results") if isinstance(block, dict) else None
+        if not isinstance(results, list):
+            raise _Malformed(f"restrictions.read.restrictions.{kind}.results is not a list")
+        for entry in results:
+            if not isinstance(entry, dict):
+                raise _Malformed(f"a read restriction {kind} is not an object")
+            if kind == "group":
+                name = entry.get("name")
+                if not isinstance(name, str) or not name:
+                    raise _Malformed("a read restriction group has no name")
+                principals.add(name)
+            else:
+                ident = entry.get("accountId") or entry.get("username") or entry.get("userKey")
+                if not isinstance(ident, str) or not ident:
+                    raise _Malformed("a read restriction user has no accountId, username or userKey")
+                principals.add(f"user:{ident}")
+    return frozenset(principals) or None
+
+
+def _labels(page: dict[str, Any], page_id: str) -> list[str]:
+    block = _dig(page, "metadata", "labels")
+    if block is None:
+        return []
+    results = block.get("results") if isinstance(block, dict) else None
+    if not isinstance(results, list):
+        raise _Malformed(f"page {page_id}: metadata.labels.results is not a list")
+    names = {entry.get("name") for entry in results if isinstance(entry, dict)}
+    return sorted(name for name in names if isinstance(name, str) and name)
+
+
+def _page_id(page: Any) -> str | None:
+    if not isinstance(page, dict):
+        return None
+    value = page.get("id")
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or str(value).strip() == "":
+        return None
+    return str(value)
+
+
+def _version_number(page: Any) -> int | None:
+    number = _dig(page, "version", "number")
+    return number if isinstance(number, int) and not isinstance(number, bool) else None
+
+
+def _version_when(page: Any) -> dt.datetime | None:
+    value = _dig(page, "version", "when")
+    if not isinstance(value, str):
+        return None
+    try:
+        return _as_utc(dt.datetime.fromisoformat(value.replace("Z", "+00:00")))
+    except ValueError:
+        return None
+
+
+def _dig(data: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data
+
+
+def _as_utc(moment: dt.datetime) -> dt.datetime:
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=dt.timezone.utc)
+    return moment.astimezone(dt.timezone.utc)
+
+
+def _cql_escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _retry_after_seconds(value: str | None) -> float | None:
+    """``Retry-After`` as seconds: a number of seconds or an HTTP date; None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
