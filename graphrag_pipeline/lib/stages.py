@@ -14,6 +14,7 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -24,7 +25,7 @@ from graphrag_pipeline.lib.communities import (
     detect_communities,
     summarize_community_extractively,
 )
-from graphrag_pipeline.lib.config import PipelineSettings
+from graphrag_pipeline.lib.config import PipelineSettings, SourceConfig
 from graphrag_pipeline.lib.ids import content_hash, stable_shard
 from graphrag_pipeline.lib.merge import (
     LLM_INPUT_DESCRIPTION_CHARS,
@@ -38,7 +39,7 @@ from graphrag_pipeline.lib.merge import (
 )
 from graphrag_pipeline.lib.models import Chunk, Community, CommunitySummary, Entity, Relationship, VectorPoint
 from graphrag_pipeline.lib.sources import STAGE as SOURCES_STAGE
-from graphrag_pipeline.lib.sources import read_source
+from graphrag_pipeline.lib.sources import SourceScan, read_source
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES
 from graphrag_pipeline.lib.workspace import Workspace
 
@@ -107,14 +108,16 @@ def ingest_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
     count = ws.settings.shard_count
     for source in ws.settings.sources:
         with report.timed("read"):
-            scan = read_source(source)
+            scan = _read_incrementally(ws, source, shard_set, report) if source.kind == "confluence" else (
+                read_source(source))
         in_shards = [d for d in scan.documents if stable_shard(d.doc_id, count) in shard_set]
         known = ws.state.document_hashes(shard_set, source=source.name)
         changed = [d for d in in_shards if known.get(d.doc_id) != d.content_hash]
         present = {d.doc_id for d in in_shards}
         quarantined_ids = {q.item_id for q in scan.quarantined}
-        # A file that failed to read this time is not a deleted file: keep its last good version.
-        deleted = sorted(set(known) - present - quarantined_ids)
+        # ``hashes`` lists every item the source holds (an incremental read returns only the modified documents);
+        # an item that failed to read this time is not deleted either: keep its last good version.
+        deleted = sorted(set(known) - set(scan.hashes) - quarantined_ids)
         with report.timed("write"):
             if changed:
                 ws.state.upsert_documents(changed, {d.doc_id: stable_shard(d.doc_id, count) for d in changed})
@@ -140,6 +143,32 @@ def ingest_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
         report.sample += [{"doc_id": d.doc_id, "title": d.title, "chars": len(d.text)} for d in changed[:5]]
         report.notes += [f"quarantined {q.item_id}: {q.reason}" for q in scan.quarantined[:10]]
     return report
+
+
+FULL_READ_INTERVAL = timedelta(days=1)  # restriction and label changes make no new page version: re-read all daily
+
+
+def _read_incrementally(ws: Workspace, source: SourceConfig, shards: set[int], report: StageReport) -> SourceScan:
+    """Read only what changed since the shards' marks (full read when a shard has none or its last full read is a
+    day old), then advance the marks of exactly these shards: another run's shards keep theirs."""
+    from graphrag_pipeline.lib.confluence import read_confluence
+
+    now = datetime.now(timezone.utc)
+    marks = ws.state.source_marks(source.name, shards)
+    full = len(marks) < len(shards) or any(
+        now - datetime.fromisoformat(full_read_at) > FULL_READ_INTERVAL for _, full_read_at in marks.values()
+    )
+    since = None if full else min(datetime.fromisoformat(through) for through, _ in marks.values())
+    scan = read_confluence(source, since=since)
+    modified = [datetime.fromisoformat(d.metadata["last_modified"]) for d in scan.documents]
+    through = max([*modified, *([since] if since else [])], default=None)
+    if through is not None:
+        full_read_at = now.isoformat() if full else None
+        ws.state.record_source_marks(source.name, {
+            shard: (through.isoformat(), full_read_at or marks[shard][1]) for shard in shards
+        })
+    report.counts[f"{source.name}.incremental"] = int(not full)
+    return scan
 
 
 # --- 2. chunks -------------------------------------------------------------------------------------------------------

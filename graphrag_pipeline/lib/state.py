@@ -108,6 +108,13 @@ CREATE TABLE IF NOT EXISTS quarantine (
     recorded_at REAL NOT NULL,
     PRIMARY KEY (stage, item_id)
 );
+CREATE TABLE IF NOT EXISTS source_marks (   -- how far an incremental source has been read, per shard
+    source TEXT NOT NULL,
+    shard INTEGER NOT NULL,
+    modified_through TEXT NOT NULL,   -- newest last-modified time (the source's own clock) fully processed
+    full_read_at TEXT NOT NULL,       -- when the last full read of this shard happened (our clock)
+    PRIMARY KEY (source, shard)
+);
 CREATE TABLE IF NOT EXISTS seen_sources (          -- every item a source scan saw, readable or not, by content hash
     doc_id TEXT PRIMARY KEY,
     shard INTEGER NOT NULL,
@@ -216,6 +223,23 @@ class StateStore:
         for doc_id, group in self.query("SELECT doc_id, access_group FROM document_access"):
             grouped.setdefault(doc_id, set()).add(group)
         return {doc_id: frozenset(groups) for doc_id, groups in grouped.items()}
+
+    def source_marks(self, source: str, shards: Iterable[int]) -> dict[int, tuple[str, str]]:
+        """shard -> (modified_through, full_read_at) for the shards of ``source`` read incrementally before."""
+        shard_list = sorted(set(shards))
+        rows = self.query(
+            f"SELECT shard, modified_through, full_read_at FROM source_marks WHERE source = ? "
+            f"AND shard IN ({','.join('?' * len(shard_list))})",
+            [source, *shard_list],
+        )
+        return {shard: (through, full) for shard, through, full in rows}
+
+    def record_source_marks(self, source: str, marks: dict[int, tuple[str, str]]) -> None:
+        with self.transaction() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO source_marks VALUES (?, ?, ?, ?)",
+                [(source, shard, through, full) for shard, (through, full) in marks.items()],
+            )
 
     def record_seen_sources(self, shards: Iterable[int], hashes: dict[str, str], shard_of: dict[str, int],
                             source: str) -> None:

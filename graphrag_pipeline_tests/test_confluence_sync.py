@@ -1,0 +1,60 @@
+"""The ingest stage reads a Confluence source incrementally: after a full read, only pages modified since are fetched
+in full, unchanged pages stay, deleted ones go, and restrictions arrive as access groups."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from graphrag_pipeline.lib.stages import all_shards, ingest_documents
+from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline_tests.confluence_server import T0, confluence_server  # noqa: F401
+from graphrag_pipeline.lib.config import load_settings
+
+
+def sync(settings) -> dict[str, int]:
+    with Workspace(settings) as ws:
+        return ingest_documents(ws, all_shards(ws)).counts
+
+
+def test_incremental_sync_of_a_confluence_space(tmp_path, monkeypatch, confluence_server):  # noqa: F811
+    server = confluence_server
+    monkeypatch.setenv("CONFLUENCE_USER", server.user)
+    monkeypatch.setenv("CONFLUENCE_TOKEN", server.token)
+    server.add_space("OPS")
+    # Older than the newest page by more than the one-day margin an incremental query starts with.
+    alerts = server.add_page("OPS", "Alert rules", "<p>Page team-payments.</p>", when=T0 - dt.timedelta(days=60))
+    runbook = server.add_page("OPS", "Payments runbook", "<p>Restart payments-api.</p>", when=T0 - dt.timedelta(days=30))
+    retired = server.add_page("OPS", "Old dashboard", "<p>Gone soon.</p>", when=T0 - dt.timedelta(days=30))
+    settings = load_settings(
+        index_dir=str(tmp_path / "index"), shard_count=4,
+        sources=[{"name": "wiki", "kind": "confluence", "base_url": server.base_url, "spaces": ["OPS"]}],
+    )
+
+    first = sync(settings)
+    assert first["new"] == 3 and first["wiki.incremental"] == 0
+
+    server.edit_page(runbook, body="<p>Restart payments-api, then check ledger-db.</p>")
+    server.set_restrictions(alerts, groups=("payments-oncall",))  # no new version: seen by the next full read
+    server.delete_page(retired)
+    server.clear_log()
+    second = sync(settings)
+
+    assert second["wiki.incremental"] == 1
+    assert (second["changed"], second["deleted"], second["unchanged"]) == (1, 1, 0)
+    fetched_in_full = {page for request in server.requests if "body.storage" in request.expand
+                       for page in request.result_ids}
+    assert fetched_in_full == {runbook}  # the unchanged page was listed, not fetched
+    with Workspace(settings) as ws:
+        texts = {d.title: d.text for d in ws.state.documents()}
+        assert "ledger-db" in texts["Payments runbook"] and "Alert rules" in texts and "Old dashboard" not in texts
+        assert ws.state.restricted_documents() == {}
+
+        # A day later the full read picks up the restriction.
+        ws.state.record_source_marks("wiki", {
+            shard: (through, "2000-01-01T00:00:00+00:00")
+            for shard, (through, _) in ws.state.source_marks("wiki", all_shards(ws)).items()
+        })
+    third = sync(settings)
+    assert third["wiki.incremental"] == 0 and third["changed"] == 1
+    with Workspace(settings) as ws:
+        assert ws.state.restricted_documents() == {f"wiki:{alerts}": frozenset({"payments-oncall"})}
