@@ -80,3 +80,22 @@ def test_reader_access_rules():
     assert access.can_read("public") and access.can_read("mixed") and not access.can_read("secret")
     assert access.can_read_any(["secret", "public"]) and not access.can_read_any(["secret"])
     assert access.can_read_all(["public", "mixed"]) and not access.can_read_all(["public", "secret"])
+
+
+def test_a_folders_configured_groups_restrict_its_files_and_changing_them_reingests(tmp_path):
+    from graphrag_pipeline.lib.config import SourceConfig
+    from graphrag_pipeline.lib.sources import read_source, scan_hashes
+
+    (tmp_path / "runbook.md").write_text("# Runbook\n\nRestart vault-gateway.\n")
+    (tmp_path / "own.md").write_text("---\naccess_groups: [security]\n---\n# Keys\n\nRotate the HSM keys.\n")
+    open_folder = SourceConfig(name="rb", kind="folder", path=str(tmp_path))
+    closed_folder = SourceConfig(name="rb", kind="folder", path=str(tmp_path), access_groups=("sre",))
+
+    closed = {d.title: d for d in read_source(closed_folder).documents}
+    assert closed["Runbook"].metadata["access_groups"] == ["sre"]
+    assert closed["Keys"].metadata["access_groups"] == ["security"]  # the file's own front matter wins
+    opened = {d.title: d for d in read_source(open_folder).documents}
+    assert "access_groups" not in opened["Runbook"].metadata
+    assert opened["Runbook"].content_hash != closed["Runbook"].content_hash
+    for source in (open_folder, closed_folder):  # the sensor's cheap scan agrees with the read
+        assert scan_hashes(source) == {d.doc_id: d.content_hash for d in read_source(source).documents}

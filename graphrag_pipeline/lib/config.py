@@ -244,7 +244,9 @@ class SourceConfig(StrictModel):
     spaces: tuple[str, ...] = ()
     token_env: str = "CONFLUENCE_TOKEN"
     user_env: str | None = "CONFLUENCE_USER"
-    access_groups: tuple[str, ...] = ()  # who may read a page without read restrictions (empty: everyone)
+    # Who may read this source's documents (empty: everyone): a folder's files (front matter `access_groups` may set a
+    # file's own), a Confluence page without read restrictions.
+    access_groups: tuple[str, ...] = ()
     page_limit: int = Field(50, ge=1, le=1000)
     timeout_seconds: float = Field(30, gt=0)
 

@@ -97,7 +97,7 @@ def scan_folder_hashes(source: SourceConfig) -> dict[str, str]:
     hashes: dict[str, str] = {}
     for path in _source_files(source, root):
         try:
-            hashes[_doc_id(source, root, path)] = _bytes_hash(path.read_bytes())
+            hashes[_doc_id(source, root, path)] = _with_access(source, _bytes_hash(path.read_bytes()))
         except OSError as error:
             hashes[_doc_id(source, root, path)] = _unreadable_marker(error)
     return hashes
@@ -117,7 +117,7 @@ def read_folder(source: SourceConfig) -> SourceScan:
             hashes[doc_id] = _unreadable_marker(error)
             quarantined.append(Quarantined(STAGE, doc_id, f"cannot read {path}: {error}"))
             continue
-        hashes[doc_id] = _bytes_hash(data)
+        hashes[doc_id] = _with_access(source, _bytes_hash(data))
         try:
             raw_text = data.decode("utf-8")
         except UnicodeDecodeError as error:
@@ -165,6 +165,12 @@ def _bytes_hash(data: bytes) -> str:
     return hashlib.sha256(data + b"\x1f").hexdigest()
 
 
+def _with_access(source: SourceConfig, digest: str) -> str:
+    """A folder's configured access groups are part of each file's identity: granting or revoking them re-ingests
+    the files (and the cheap sensor scan sees the same change)."""
+    return content_hash(digest, *sorted(source.access_groups)) if source.access_groups else digest
+
+
 def _parse_file(
     source: SourceConfig, root: Path, path: Path, doc_id: str, raw_text: str, modified: float
 ) -> tuple[Document, list[Quarantined]]:
@@ -183,6 +189,8 @@ def _parse_file(
     else:
         title = _file_title(path)
     metadata = {
+        # Front matter may restrict one file further; otherwise the folder's configured groups apply.
+        **({"access_groups": list(source.access_groups)} if source.access_groups else {}),
         **_json_safe(front_matter),
         "path": path.relative_to(root).as_posix(),
         "extension": suffix,
@@ -194,7 +202,7 @@ def _parse_file(
         uri=path.resolve().as_uri(),
         title=title,
         text=text,
-        content_hash=content_hash(raw_text),
+        content_hash=_with_access(source, content_hash(raw_text)),
         metadata=metadata,
     )
     return document, problems

@@ -271,7 +271,7 @@ class QueryEngine:
         returns, per chunk-seeded entity, the chunk it came from and the weight another entry chunk gave it."""
         seeds: dict[str, float] = {eid: confidence for eid, (_, confidence) in linked.items()}
         origin: dict[str, tuple[str, float]] = {}  # entity -> (chunk it was seeded from, next best seed weight)
-        best = max((vector_scores.get(c, 0.0) for c in entry_entities), default=0.0)
+        best = max(vector_scores.values(), default=0.0)  # the best entry chunk's, whether or not it names entities
         if best <= 0:
             return seeds, origin
         for chunk_id, entity_ids in entry_entities.items():
@@ -284,14 +284,6 @@ class QueryEngine:
                     seeds[eid] = weight
                 elif eid in origin:
                     origin[eid] = (origin[eid][0], max(origin[eid][1], weight))
-        return seeds, origin
-        for chunk_id, entity_ids in entry_entities.items():
-            weight = (max(0.0, vector_scores.get(chunk_id, 0.0)) / best) ** ENTRY_SEED_SHARPNESS
-            for eid in entity_ids:
-                if weight > seeds.get(eid, 0.0):
-                    seeds[eid] = weight
-                    if eid not in linked:
-                        origin[eid] = chunk_id
         return seeds, origin
 
     @staticmethod
