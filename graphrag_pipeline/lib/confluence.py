@@ -66,7 +66,6 @@ import random
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
-from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -76,6 +75,7 @@ from graphrag_pipeline.lib.config import SourceConfig
 from graphrag_pipeline.lib.ids import content_hash
 from graphrag_pipeline.lib.models import Document, Quarantined
 from graphrag_pipeline.lib.sources import STAGE, SourceScan, html_to_text
+from graphrag_pipeline.lib.http import retry_after_seconds
 
 log = logging.getLogger(__name__)
 
@@ -341,7 +341,7 @@ class ConfluenceClient:
                 if status != 429 and status < 500:
                     raise ConfluenceError(f"{where}: GET {url} was rejected with HTTP {status}: {excerpt}", status)
                 last_error = f"HTTP {status}: {excerpt}"
-                retry_after = _retry_after_seconds(response.headers.get("Retry-After"))
+                retry_after = retry_after_seconds(response.headers.get("Retry-After"))
             if attempt + 1 == self._max_attempts:
                 break
             wait = (
@@ -676,16 +676,3 @@ def _as_utc(moment: dt.datetime) -> dt.datetime:
 def _cql_escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
-
-def _retry_after_seconds(value: str | None) -> float | None:
-    """``Retry-After`` as seconds: a number of seconds or an HTTP date; None when absent or unreadable."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None

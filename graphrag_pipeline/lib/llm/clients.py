@@ -38,7 +38,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import httpx
@@ -46,6 +45,7 @@ import numpy as np
 
 from graphrag_pipeline.lib.config import EmbedderConfig, LLMConfig
 from graphrag_pipeline.lib.llm.accounting import Usage, approximate_tokens
+from graphrag_pipeline.lib.http import retry_after_seconds
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ class JsonHttp:
                     )
                 last_error = f"HTTP {response.status_code}: {excerpt}"
                 unavailable = response.status_code >= 500
-                retry_after = _retry_after_seconds(response.headers.get("Retry-After"))
+                retry_after = retry_after_seconds(response.headers.get("Retry-After"))
             if attempt + 1 == attempts:
                 break
             self._usage.record_retry()
@@ -262,19 +262,6 @@ def _json_body(response: httpx.Response, path: str) -> dict[str, Any]:
         raise LLMError(f"POST {path} answered with JSON that is not an object: {response.text[:ERROR_BODY_CHARS]!r}")
     return data
 
-
-def _retry_after_seconds(value: str | None) -> float | None:
-    """``Retry-After`` as seconds: a number of seconds or an HTTP date; None when absent or unreadable."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
 
 
 def _api_key(provider: str, config: LLMConfig) -> str | None:

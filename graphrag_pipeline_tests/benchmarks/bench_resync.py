@@ -1,0 +1,69 @@
+"""Benchmark of a daily re-sync after a small share of documents changed (not a test: run it by hand).
+
+    python -m graphrag_pipeline_tests.benchmarks.bench_resync [--corpus data/corpus] [--share 0.01] [--seed 7]
+
+Copies the corpus, builds it from scratch (models loaded beforehand, so both builds pay only for work), edits
+``share`` of its documents (one paragraph appended to each, at least one document), re-syncs the shards holding
+them — what the source sensor's run does — and prints both wall times, per stage, and the re-sync as a share of the
+full build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from graphrag_pipeline.lib.config import load_settings
+from graphrag_pipeline.lib.extraction import load_spacy
+from graphrag_pipeline.lib.ids import stable_shard
+from graphrag_pipeline.lib.stages import build_everything
+from graphrag_pipeline.lib.workspace import Workspace
+
+EDIT = "\n\n## Change log\n\nOn-call note: escalate to team-platform-oncall when this alert fires twice in an hour.\n"
+
+
+def timed_build(settings, shards=None) -> tuple[float, dict[str, float]]:
+    started = time.perf_counter()
+    with Workspace(settings) as workspace:
+        reports = build_everything(workspace, shards)
+    return time.perf_counter() - started, {r.stage: r.total_seconds for r in reports}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", default="data/corpus")
+    parser.add_argument("--share", type=float, default=0.01)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="bench-resync-") as scratch:
+        corpus = Path(scratch) / "corpus"
+        shutil.copytree(args.corpus, corpus)
+        settings = load_settings(index_dir=str(Path(scratch) / "index"),
+                                 sources=[{"name": "c", "kind": "folder", "path": str(corpus)}])
+        with Workspace(settings) as warm:  # load the embedding model and spaCy (both cached per process) untimed
+            warm.embedder.embed(["warm-up"])
+        load_spacy(settings.extraction.spacy_model)
+
+        full_seconds, full_stages = timed_build(settings)
+        files = sorted(p for p in corpus.rglob("*.md"))
+        edited = random.Random(args.seed).sample(files, max(1, round(len(files) * args.share)))
+        for path in edited:
+            path.write_text(path.read_text() + EDIT)
+        shards = sorted({stable_shard(f"c:{p.relative_to(corpus).as_posix()}", settings.shard_count) for p in edited})
+        resync_seconds, resync_stages = timed_build(settings, shards)
+
+    print(f"{len(files)} documents, {len(edited)} edited ({args.share:.0%}), {len(shards)} shard(s) re-synced")
+    print(f"{'stage':<22}{'full build s':>14}{'re-sync s':>12}")
+    for stage, seconds in full_stages.items():
+        print(f"{stage:<22}{seconds:>14.2f}{resync_stages.get(stage, 0.0):>12.2f}")
+    print(f"{'total (wall)':<22}{full_seconds:>14.2f}{resync_seconds:>12.2f}")
+    print(f"re-sync = {resync_seconds / full_seconds:.1%} of a full build")
+
+
+if __name__ == "__main__":
+    main()
