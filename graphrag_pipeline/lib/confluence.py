@@ -675,4 +675,3 @@ def _as_utc(moment: dt.datetime) -> dt.datetime:
 
 def _cql_escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
-
