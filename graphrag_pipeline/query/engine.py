@@ -3,7 +3,7 @@
 1. Embed the question; vector search gives the entry chunks (top `vector_top_k`) and a wider pool used to score
    chunks the graph brings in.
 2. Seed entities: entities linked in the question (n-gram names, then the entities collection by embedding), with
-   their link confidence, and the entities mentioned by the best entry chunks, with the chunk's similarity relative
+   0.8 × their link confidence, and the entities mentioned by the best entry chunks, with the chunk's similarity relative
    to the best chunk, cubed (the top chunk's entities seed at 1, a chunk at 80 % of its similarity at 0.5).
 3. Bounded traversal from the seeds (`max_hops`, activation × `hop_decay` per hop, hub suppression in the store).
 4. Graph score of a chunk = the best, over the reached entities it mentions, of activation × specificity, where
@@ -48,6 +48,9 @@ from graphrag_pipeline.query.models import MODES, Citation, QueryResponse, Query
 SCORING_POOL = 100  # vector hits fetched to score graph-reached chunks by similarity too
 ENTITY_LINK_MIN_SCORE = 0.6  # cosine below this is not the same entity by another name
 ENTRY_CHUNKS_FOR_SEEDS = 5  # the entry chunks whose entities seed the traversal
+# Question entities seed at this share of their link confidence, below the best entry passage's entities (1.0): the
+# question's own names are what similarity already matched; the next hop is named only in the passages it found.
+QUESTION_SEED_FACTOR = 0.8
 ENTRY_SEED_SHARPNESS = 3.0  # seed weight = (chunk similarity / best similarity) ** this: near-ties count, the tail not
 SUBJECT_BONUS = 1.5  # a chunk is more about its document's subject than about anything it merely mentions
 # Entities in more chunks than this are hubs: their specificity is near 0 anyway, and fetching thousands of chunk ids
@@ -266,10 +269,10 @@ class QueryEngine:
         entry_entities: dict[str, list[str]],
         vector_scores: dict[str, float],
     ) -> tuple[dict[str, float], dict[str, tuple[str, float]]]:
-        """Linked entities seed with their confidence; entities of the entry chunks with the chunk's similarity
+        """Linked entities seed with a share of their confidence; entities of the entry chunks with the chunk's similarity
         relative to the best entry chunk, sharpened, so the passages that answer the first hop lead the way. Also
         returns, per chunk-seeded entity, the chunk it came from and the weight another entry chunk gave it."""
-        seeds: dict[str, float] = {eid: confidence for eid, (_, confidence) in linked.items()}
+        seeds: dict[str, float] = {eid: QUESTION_SEED_FACTOR * confidence for eid, (_, confidence) in linked.items()}
         origin: dict[str, tuple[str, float]] = {}  # entity -> (chunk it was seeded from, next best seed weight)
         best = max(vector_scores.values(), default=0.0)  # the best entry chunk's, whether or not it names entities
         if best <= 0:
