@@ -70,9 +70,13 @@ def eval_settings(set_dir: Path, index_dir: Path, use_extraction: bool, base: Pi
     base = base or load_settings()
     if use_extraction and not (set_dir / "extraction.jsonl").is_file():
         raise FileNotFoundError(f"--use-extraction: {set_dir / 'extraction.jsonl'} does not exist")
+    sources = [{"name": source_name_for(set_dir), "kind": "eval_set", "path": str(set_dir.resolve())}]
+    if (set_dir / "catalog").is_dir():  # a service catalog or Backstage entities that come with the set's passages
+        sources.append({"name": f"{source_name_for(set_dir)}-catalog", "kind": "catalog",
+                        "path": str((set_dir / "catalog").resolve())})
     return base.with_overrides(
         index_dir=str(index_dir),
-        sources=[{"name": source_name_for(set_dir), "kind": "eval_set", "path": str(set_dir.resolve())}],
+        sources=sources,
         extraction={"extractor": "precomputed" if use_extraction else "offline"},
     )
 

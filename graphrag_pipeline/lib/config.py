@@ -232,8 +232,8 @@ class LLMConfig(StrictModel):
 
 class SourceConfig(StrictModel):
     name: str
-    kind: Literal["folder", "eval_set", "confluence"] = "folder"
-    path: str = ""  # folder and eval_set sources (required for them)
+    kind: Literal["folder", "eval_set", "confluence", "catalog"] = "folder"
+    path: str = ""  # folder, eval_set and catalog sources (required for them; a catalog's may name one file)
     extensions: tuple[str, ...] = (".md", ".markdown", ".txt", ".html", ".htm")
     # confluence only (lib.confluence). base_url includes the context path: https://example.atlassian.net/wiki (Cloud),
     # https://confluence.example.com or https://example.com/confluence (Data Center). Credentials never appear here,

@@ -27,6 +27,7 @@ MAX_PROVENANCE = 5000  # chunk ids kept per element; counts stay exact
 class _EntityAccumulator:
     surface_forms: Counter = field(default_factory=Counter)
     types: Counter = field(default_factory=Counter)
+    catalog_types: Counter = field(default_factory=Counter)  # types a structured catalog states: they win the vote
     descriptions: dict[str, tuple[str, str]] = field(default_factory=dict)  # text -> first (doc, chunk) seen
     chunk_ids: set[str] = field(default_factory=set)
     doc_ids: set[str] = field(default_factory=set)
@@ -68,6 +69,8 @@ def merge_extractions(
             acc = entities[key]
             acc.surface_forms[mention.name.strip()] += 1
             acc.types[ontology.entity_type(mention.type)] += 1
+            if mention.spotter == "catalog":
+                acc.catalog_types[ontology.entity_type(mention.type)] += 1
             if mention.description and mention.description not in acc.descriptions:
                 acc.descriptions[mention.description] = (doc_id, chunk_id)
             acc.chunk_ids.add(chunk_id)
@@ -119,7 +122,8 @@ def merge_extractions(
 def _entity(key: str, acc: _EntityAccumulator, ontology: Ontology, description_limits: tuple[int, int]) -> Entity:
     # Most frequent spelling wins; ties go to the longest, then alphabetical, so the choice is order-independent.
     name = sorted(acc.surface_forms.items(), key=lambda kv: (-kv[1], -len(kv[0]), kv[0]))[0][0]
-    specific = {t: n for t, n in acc.types.items() if t != ontology.default_entity_type}
+    stated = {t: n for t, n in acc.catalog_types.items() if t != ontology.default_entity_type}
+    specific = stated or {t: n for t, n in acc.types.items() if t != ontology.default_entity_type}
     type_votes = specific or acc.types
     entity_type = sorted(type_votes.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
     aliases = tuple(sorted(form for form in acc.surface_forms if form != name))

@@ -1,6 +1,6 @@
 """Reading configured sources into ``Document`` records.
 
-Three kinds of source:
+Four kinds of source:
 
 * ``folder``: files under a directory. Markdown (``.md``, ``.markdown``) has its YAML front matter moved into
   ``metadata`` (the reader's own keys ``path``, ``extension`` and ``modified`` take precedence); HTML (``.html``,
@@ -12,6 +12,8 @@ Three kinds of source:
   ``scan_hashes`` and ``SourceScan.hashes`` hold version markers (from the page's version number, listed without
   bodies) rather than the documents' content hashes; both agree, so sensors compare them directly. Incremental reads
   (only pages modified since a time) are ``lib.confluence.read_confluence(source, since=...)``.
+* ``catalog``: a service-catalog YAML or Backstage ``catalog-info.yaml`` file (or a folder of them): one document per
+  catalog entity, with its typed nodes and edges as an exact extraction record (``lib.catalogs``).
 
 Readers never crash on one bad input: a file that is not UTF-8, a front matter block that is not valid YAML or a
 malformed JSON line becomes a ``Quarantined`` record with the reason, and the scan goes on.
@@ -73,6 +75,10 @@ def read_source(source: SourceConfig) -> SourceScan:
         from graphrag_pipeline.lib.confluence import read_confluence  # imports this module; httpx only when used
 
         return read_confluence(source)
+    if source.kind == "catalog":
+        from graphrag_pipeline.lib.catalogs import read_catalog  # imports this module
+
+        return read_catalog(source)
     raise ValueError(f"source {source.name!r}: unknown kind {source.kind!r}")
 
 
@@ -85,6 +91,10 @@ def scan_hashes(source: SourceConfig) -> dict[str, str]:
         from graphrag_pipeline.lib.confluence import scan_confluence_hashes
 
         return scan_confluence_hashes(source)
+    if source.kind == "catalog":
+        from graphrag_pipeline.lib.catalogs import scan_catalog_hashes
+
+        return scan_catalog_hashes(source)
     return read_source(source).hashes
 
 

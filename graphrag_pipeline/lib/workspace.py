@@ -144,6 +144,13 @@ class Workspace:
         return LLMExtractor(self.llm, self.settings.ontology, max_gleanings=self.settings.extraction.max_gleanings)
 
     def extract(self, chunks: Sequence[Chunk]) -> tuple[list[ChunkExtraction], list[Quarantined]]:
+        """Chunks of catalog documents get the catalog's exact typed facts; all others the configured extractor."""
+        from graphrag_pipeline.lib.catalogs import extract_with_catalogs
+
+        records = self.state.source_extractions({c.doc_id for c in chunks})
+        return extract_with_catalogs(chunks, records, self.settings.ontology, self._extract_text)
+
+    def _extract_text(self, chunks: Sequence[Chunk]) -> tuple[list[ChunkExtraction], list[Quarantined]]:
         extractor = self.settings.extraction.extractor
         if extractor == "precomputed":
             from graphrag_pipeline.lib.extraction import precomputed_extractions

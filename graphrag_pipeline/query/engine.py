@@ -59,6 +59,7 @@ MAX_CHUNKS_PER_ENTITY = 200
 # Entities reached with less activation cannot move a chunk (at most 0.05 × graph_weight of its combined score):
 # the traversal neither keeps nor expands them, so a 2-hop walk's long tail costs nothing.
 MIN_ACTIVATION = 0.05
+RELATIONSHIPS_IN_RESPONSE = 60  # enough for a service's dependencies and their owners; an agent reads them all
 
 
 @dataclass
@@ -359,7 +360,10 @@ class QueryEngine:
         paths = {c: self._entity_path(retrieval, reached[best_entity[c]]) for c in ranking if c in best_entity}
         path_ids = {eid for path in paths.values() for eid in path}
         linked_ids = set(linked)
-        names = {eid: e for eid, e in self.graph.get_entities(path_ids | linked_ids).items()
+        # The facts behind the answer join the entities on its paths, the question's, and the reached entities its
+        # passages mention ("ledger-db is owned by team-payments" in a dependency's page, two hops out).
+        mentioned = {eid for eids in self.graph.entities_of_chunks(ranking).values() for eid in eids if eid in reached}
+        names = {eid: e for eid, e in self.graph.get_entities(path_ids | linked_ids | mentioned).items()
                  if access.can_read_any(e.doc_ids)}
         results = []
         for chunk_id, chunk in chunks.items():
@@ -384,7 +388,7 @@ class QueryEngine:
             )
         visible_ids = set(names)
         relationships = [
-            r for r in (self.graph.relationships_between(visible_ids, limit=25) if visible_ids else [])
+            r for r in (self.graph.relationships_between(visible_ids, limit=RELATIONSHIPS_IN_RESPONSE) if visible_ids else [])
             if access.can_read_any(r.doc_ids)
         ]
         timings["respond"] = _ms(started)
