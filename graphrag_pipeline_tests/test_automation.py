@@ -9,7 +9,7 @@ import pytest
 import yaml
 from dagster import RunRequest, SkipReason, build_schedule_context, build_sensor_context
 
-from graphrag_pipeline.defs.ingest.automation import daily_refresh, source_change_sensor
+from graphrag_pipeline.defs.ingest.automation import daily_refresh, folder_source_sensor
 from graphrag_pipeline.defs.partitions import SHARD_COUNT, SHARDS, shard_key, shard_of_key
 from graphrag_pipeline.defs.resources import embedded_graphrag
 from graphrag_pipeline.lib.changes import shard_fingerprints, source_hashes
@@ -70,7 +70,7 @@ def index_sources(config: Path) -> None:
 def sensor_tick(config: Path, cursor: str | None = None) -> tuple[list[RunRequest] | SkipReason, str | None]:
     resources = {"graphrag": embedded_graphrag(config_path=str(config))}
     with build_sensor_context(cursor=cursor, resources=resources) as context:
-        return source_change_sensor(context), context.cursor
+        return folder_source_sensor(context), context.cursor
 
 
 def schedule_tick(config: Path) -> list[RunRequest] | SkipReason:
@@ -94,7 +94,7 @@ def test_first_tick_without_index_requests_every_shard_with_documents(config):
     assert len(current) == len(documents(config)) - 1  # the two documents of SHARED_SHARD make one request
     for partition, run_key in requested(result).items():
         assert partition in SHARDS.get_partition_keys()
-        assert run_key == f"{partition}:{current[partition]}:0"
+        assert run_key == f"folder:{partition}:{current[partition]}:0"
     stored = json.loads(cursor)
     assert {shard_key(int(s)): fp for s, fp in stored["shards"].items()} == current
     assert stored["generation"] == 1
@@ -116,7 +116,7 @@ def test_an_edited_file_requests_its_shard_only(config):
 
     shard = shard_of("boltworks.md")
     new_fingerprint = fingerprints(config)[shard]
-    assert requested(result) == {shard: f"{shard}:{new_fingerprint}:1"}
+    assert requested(result) == {shard: f"folder:{shard}:{new_fingerprint}:1"}
     assert requested(first)[shard] != requested(result)[shard]  # a new run key, so Dagster does not drop it
     assert json.loads(next_cursor)["shards"][str(shard_of_key(shard))] == new_fingerprint
     assert isinstance(sensor_tick(config, next_cursor)[0], SkipReason)
@@ -141,8 +141,10 @@ def test_deleted_and_added_files_request_their_shards(config):
     runs = requested(result)
     assert set(runs) == {shard_of(ALONE), shard_of(SHARED_SHARD[1]), shard_of("new-company.md")}
     # A shard whose documents are all gone still runs, so the index forgets them; its run key says so.
-    assert runs[shard_of(ALONE)] == f"{shard_of(ALONE)}:empty:1"
-    assert runs[shard_of(SHARED_SHARD[1])] == f"{shard_of(SHARED_SHARD[1])}:{fingerprints(config)[shard_of(SHARED_SHARD[1])]}:1"
+    assert runs[shard_of(ALONE)] == f"folder:{shard_of(ALONE)}:empty:1"
+    assert runs[shard_of(SHARED_SHARD[1])] == (
+        f"folder:{shard_of(SHARED_SHARD[1])}:{fingerprints(config)[shard_of(SHARED_SHARD[1])]}:1"
+    )
 
 
 def test_without_a_cursor_the_index_is_the_baseline(config):
@@ -201,3 +203,27 @@ def test_a_reverted_edit_gets_a_new_run_key(config):
     first_key = requested(first)[shard_of(ALONE)]
     assert revert_request.run_key.rsplit(":", 1)[0] == first_key.rsplit(":", 1)[0]  # same content…
     assert revert_request.run_key != first_key  # …new key
+
+
+def test_each_source_kind_has_its_own_sensor_and_one_without_sources_skips(config):
+    from graphrag_pipeline.defs.ingest.automation import catalog_source_sensor, confluence_source_sensor
+
+    resources = {"graphrag": embedded_graphrag(config_path=str(config))}
+    for kind_sensor in (confluence_source_sensor, catalog_source_sensor):
+        with build_sensor_context(resources=resources) as context:
+            result = kind_sensor(context)
+        assert isinstance(result, SkipReason) and "is configured" in result.skip_message
+    catalog_dir = config.parent / "catalog"
+    catalog_dir.mkdir()
+    (catalog_dir / "services.yaml").write_text("services:\n  - {name: payments-api, owner: team-payments}\n")
+    settings = yaml.safe_load(config.read_text())
+    settings["sources"].append({"name": "svc", "kind": "catalog", "path": "catalog"})
+    config.write_text(yaml.safe_dump(settings))
+    with build_sensor_context(resources=resources) as context:
+        catalog_requests = catalog_source_sensor(context)
+    # Only the shards holding catalog entities are requested, with the catalog sensor's own run keys.
+    catalog_shards = {shard_key(stable_shard(doc_id, SHARD_COUNT)) for doc_id in
+                      source_hashes(
+                          load_settings(config), "catalog")}
+    assert set(requested(catalog_requests)) == catalog_shards
+    assert all(key.startswith("catalog:") for key in requested(catalog_requests).values())

@@ -19,7 +19,7 @@ from dagster import (
 )
 
 import graphrag_pipeline.defs
-from graphrag_pipeline.defs.ingest.automation import daily_refresh, source_change_sensor
+from graphrag_pipeline.defs.ingest.automation import daily_refresh, folder_source_sensor
 from graphrag_pipeline.defs.partitions import SHARD_COUNT, shard_key, shard_of_key
 from graphrag_pipeline.defs.resources import embedded_graphrag
 from graphrag_pipeline.lib.ids import stable_shard
@@ -166,7 +166,7 @@ def test_automation_sees_nothing_to_do_after_a_full_materialization(project, fir
     resources = {"graphrag": embedded_graphrag(config_path=str(project.config))}
     # Without a cursor the sensor's baseline is the index itself, so a full build must leave it nothing to request.
     with build_sensor_context(resources=resources) as context:
-        assert isinstance(source_change_sensor(context), SkipReason)
+        assert isinstance(folder_source_sensor(context), SkipReason)
     tick_time = datetime(2025, 1, 1, 3, tzinfo=timezone.utc)
     with build_schedule_context(resources=resources, scheduled_execution_time=tick_time) as context:
         assert isinstance(daily_refresh(context), SkipReason)

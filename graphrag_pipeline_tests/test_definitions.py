@@ -62,9 +62,10 @@ def test_jobs_sensor_and_schedule():
     build = defs.resolve_job_def("build_index")
     assert {key.to_user_string() for key in build.asset_layer.selected_asset_keys} == set(LINEAGE)
 
-    sensor = defs.resolve_sensor_def("source_change_sensor")
-    assert sensor.job_name == "refresh_shards"
-    assert sensor.required_resource_keys == {"graphrag"}
+    for kind in ("folder", "confluence", "catalog", "eval_set"):  # one sensor per source kind
+        sensor = defs.resolve_sensor_def(f"{kind}_source_sensor")
+        assert sensor.job_name == "refresh_shards"
+        assert sensor.required_resource_keys == {"graphrag"}
 
     schedule = defs.resolve_schedule_def("daily_refresh")
     assert schedule.cron_schedule == "0 3 * * *"

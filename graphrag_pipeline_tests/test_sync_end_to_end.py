@@ -12,7 +12,7 @@ import pytest
 import yaml
 from dagster import build_sensor_context
 
-from graphrag_pipeline.defs.ingest.automation import source_change_sensor
+from graphrag_pipeline.defs.ingest.automation import folder_source_sensor
 from graphrag_pipeline.defs.resources import embedded_graphrag
 from graphrag_pipeline.lib.config import load_settings
 from graphrag_pipeline.lib.embedders import LocalEmbedder
@@ -90,13 +90,13 @@ def synced(tmp_path_factory):
     build(config)
     resources = {"graphrag": embedded_graphrag(config_path=str(config))}
     with build_sensor_context(resources=resources) as context:
-        source_change_sensor(context)
+        folder_source_sensor(context)
         cursor = context.cursor
 
     edited = config.parent / "corpus" / EDITED
     edited.write_text(edited.read_text() + "\n## Escalation\n\nEscalate to team-platform-oncall after 30 minutes.\n")
     with build_sensor_context(cursor=cursor, resources=resources) as context:
-        requests = source_change_sensor(context)
+        requests = folder_source_sensor(context)
         cursor = context.cursor
     embedder = CountingEmbedder()
     extracted_before = OfflineExtractor.extract
@@ -115,7 +115,7 @@ def synced(tmp_path_factory):
 
     (config.parent / "corpus" / DELETED).unlink()
     with build_sensor_context(cursor=cursor, resources=resources) as context:
-        delete_requests = source_change_sensor(context)
+        delete_requests = folder_source_sensor(context)
     build(config)
     after_delete = snapshot(config)
 
@@ -172,3 +172,8 @@ def test_a_deleted_document_leaves_nothing_derived_only_from_it(synced):
     for title, summary in after["summaries"].values():
         assert not any(name in title or f"{name} (" in summary for name in names), title
     assert after["community_points"] == set(after["summaries"])
+
+
+def test_the_ingest_report_says_what_changed_since_the_last_build(synced):
+    notes = synced["edit_reports"]["raw_documents"].notes
+    assert notes == [f"changed rb:{EDITED}"]

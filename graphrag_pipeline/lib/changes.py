@@ -16,12 +16,19 @@ from graphrag_pipeline.lib.sources import scan_hashes
 EMPTY_SHARD = "empty"
 
 
-def source_hashes(settings: PipelineSettings) -> dict[str, str]:
-    """doc id → content hash over every configured source (cheap: no parsing for folders)."""
+def source_hashes(settings: PipelineSettings, kind: str | None = None) -> dict[str, str]:
+    """doc id → change hash over the configured sources (of one ``kind``, or all), read cheaply: bytes for folders,
+    page versions for Confluence."""
     hashes: dict[str, str] = {}
     for source in settings.sources:
-        hashes.update(scan_hashes(source))
+        if kind is None or source.kind == kind:
+            hashes.update(scan_hashes(source))
     return hashes
+
+
+def of_sources(hashes: Mapping[str, str], names: set[str]) -> dict[str, str]:
+    """The entries of ``hashes`` whose doc id belongs to one of the named sources (ids are ``source:...``)."""
+    return {doc_id: digest for doc_id, digest in hashes.items() if doc_id.split(":", 1)[0] in names}
 
 
 def shard_fingerprints(hashes: Mapping[str, str], shard_count: int) -> dict[int, str]:

@@ -141,10 +141,15 @@ def ingest_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
         report.counts["deleted"] = report.counts.get("deleted", 0) + len(deleted)
         report.counts["quarantined"] = report.counts.get("quarantined", 0) + len(scan.quarantined)
         report.sample += [{"doc_id": d.doc_id, "title": d.title, "chars": len(d.text)} for d in changed[:5]]
+        # What this run brought the index up to date with, for the UI's staleness report.
+        report.notes += [f"new {d}" for d in sorted(new_ids)[:STALENESS_LISTED]]
+        report.notes += [f"changed {d.doc_id}" for d in changed if d.doc_id not in new_ids][:STALENESS_LISTED]
+        report.notes += [f"deleted {d}" for d in deleted[:STALENESS_LISTED]]
         report.notes += [f"quarantined {q.item_id}: {q.reason}" for q in scan.quarantined[:10]]
     return report
 
 
+STALENESS_LISTED = 20  # documents named per kind of change in a run's notes (the counts are always complete)
 FULL_READ_INTERVAL = timedelta(days=1)  # restriction and label changes make no new page version: re-read all daily
 
 
