@@ -288,3 +288,22 @@ def test_generic_file_names_take_their_folder_as_title(tmp_path):
     (tmp_path / "notes.txt").write_text("plain notes\n")
     titles = {d.doc_id: d.title for d in read_folder(folder(tmp_path)).documents}
     assert titles == {"docs:payment/README.md": "payment README", "docs:notes.txt": "notes"}
+
+
+def test_a_git_checkout_reports_the_revision_it_was_read_at(tmp_path):
+    import subprocess
+
+    from graphrag_pipeline.lib.config import SourceConfig
+    from graphrag_pipeline.lib.sources import read_source
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "runbook.md").write_text("# Runbook\n\nRestart it.\n")
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "first"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+
+    scan = read_source(SourceConfig(name="rb", kind="folder", path=str(tmp_path / "docs")))
+
+    assert scan.revision == head and len(head) == 40

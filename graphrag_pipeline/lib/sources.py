@@ -64,6 +64,7 @@ class SourceScan:
     quarantined: tuple[Quarantined, ...]
     hashes: dict[str, str] = field(default_factory=dict)
     extractions: dict[str, dict[str, Any]] = field(default_factory=dict)  # doc_id -> {"entities", "triples"}
+    revision: str | None = None  # the git commit a folder was read at, when it is a git checkout
 
 
 def read_source(source: SourceConfig) -> SourceScan:
@@ -138,7 +139,34 @@ def read_folder(source: SourceConfig) -> SourceScan:
         document, problems = _parse_file(source, root, path, doc_id, raw_text, modified)
         documents.append(document)
         quarantined.extend(problems)
-    return SourceScan(documents=tuple(documents), quarantined=tuple(quarantined), hashes=hashes)
+    return SourceScan(documents=tuple(documents), quarantined=tuple(quarantined), hashes=hashes,
+                      revision=git_revision(root))
+
+
+def git_revision(folder: Path) -> str | None:
+    """The commit checked out in the git work tree holding ``folder`` (read from .git, no git binary needed), or None.
+    Changes are still found by content hash; the revision says which commit a run's documents came from."""
+    for directory in (folder, *folder.parents):
+        git = directory / ".git"
+        if git.is_file():  # a worktree or submodule: "gitdir: <path>"
+            git = (directory / git.read_text().split(":", 1)[1].strip()).resolve()
+        if not git.is_dir():
+            continue
+        try:
+            head = (git / "HEAD").read_text().strip()
+            if not head.startswith("ref: "):
+                return head  # detached HEAD
+            ref = head[5:]
+            if (git / ref).is_file():
+                return (git / ref).read_text().strip()
+            packed = git / "packed-refs"
+            for line in packed.read_text().splitlines() if packed.is_file() else ():
+                if line.endswith(f" {ref}"):
+                    return line.split(" ", 1)[0]
+        except OSError:
+            return None
+        return None
+    return None
 
 
 def _folder_root(source: SourceConfig) -> Path:

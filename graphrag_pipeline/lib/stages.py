@@ -142,6 +142,8 @@ def ingest_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
         report.counts["quarantined"] = report.counts.get("quarantined", 0) + len(scan.quarantined)
         report.sample += [{"doc_id": d.doc_id, "title": d.title, "chars": len(d.text)} for d in changed[:5]]
         # What this run brought the index up to date with, for the UI's staleness report.
+        if scan.revision:
+            report.notes.append(f"{source.name} read at git revision {scan.revision}")
         report.notes += [f"new {d}" for d in sorted(new_ids)[:STALENESS_LISTED]]
         report.notes += [f"changed {d.doc_id}" for d in changed if d.doc_id not in new_ids][:STALENESS_LISTED]
         report.notes += [f"deleted {d}" for d in deleted[:STALENESS_LISTED]]
