@@ -53,8 +53,8 @@ ENTRY_CHUNKS_FOR_SEEDS = 5  # the entry chunks whose entities seed the traversal
 QUESTION_SEED_FACTOR = 0.8
 ENTRY_SEED_SHARPNESS = 3.0  # seed weight = (chunk similarity / best similarity) ** this: near-ties count, the tail not
 SUBJECT_BONUS = 1.5  # a chunk is more about its document's subject than about anything it merely mentions
-# Entities in more chunks than this are hubs: their specificity is near 0 anyway, and fetching thousands of chunk ids
-# per hub would cost more than it could change.
+# Entities in more chunks than this are hubs: they point at no particular next hop (specificity <= 0.3), and fetching
+# thousands of chunk ids per hub would cost more than it could change.
 MAX_CHUNKS_PER_ENTITY = 200
 # Entities reached with less activation cannot move a chunk (at most 0.05 × graph_weight of its combined score):
 # the traversal neither keeps nor expands them, so a 2-hop walk's long tail costs nothing.
