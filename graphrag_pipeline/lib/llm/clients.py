@@ -369,6 +369,11 @@ class HttpChatClient:
         raise NotImplementedError
 
 
+def _wire_messages(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
+    """Chat messages as both wire protocols spell them."""
+    return [{"role": m.role, "content": m.content} for m in messages]
+
+
 class OpenAIChatClient(HttpChatClient):
     """``/v1/chat/completions`` of OpenAI or any compatible server (vLLM, llama.cpp server, LiteLLM, …)."""
 
@@ -380,7 +385,7 @@ class OpenAIChatClient(HttpChatClient):
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": [{"role": m.role, "content": m.content} for m in messages],
+            "messages": _wire_messages(messages),
             "temperature": self._config.temperature,
             "max_completion_tokens": self._config.max_completion_tokens,  # not max_tokens: o-series reject it
         }
@@ -434,7 +439,7 @@ class OllamaChatClient(HttpChatClient):
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": [{"role": m.role, "content": m.content} for m in messages],
+            "messages": _wire_messages(messages),
             "stream": False,
             "options": {"temperature": self._config.temperature, "num_predict": self._config.max_completion_tokens},
         }

@@ -102,6 +102,13 @@ def _check_collection_name(collection: str) -> None:
         raise ValueError(f"invalid collection name {collection!r}: use letters, digits, '_', '-', '.' (max 128)")
 
 
+def check_new_collection(collection: str, dimension: int) -> None:
+    """The arguments of ``ensure_collection`` every vector store accepts."""
+    _check_collection_name(collection)
+    if dimension < 1:
+        raise ValueError(f"dimension must be positive, got {dimension}")
+
+
 def _as_vector(vector: Sequence[float] | np.ndarray, dimension: int, what: str) -> list[float]:
     array = np.asarray(vector, dtype=np.float32)
     if array.shape != (dimension,):
@@ -274,9 +281,7 @@ class EdgeVectorStore:
 
     def ensure_collection(self, collection: str, dimension: int) -> None:
         """Creates the collection, or checks that the existing one has this dimension; adds missing payload indexes."""
-        _check_collection_name(collection)
-        if dimension < 1:
-            raise ValueError(f"dimension must be positive, got {dimension}")
+        check_new_collection(collection, dimension)
         shard_dir = self._shard_dir(collection)
         with self._locked(collection):
             state = self._state(collection)

@@ -41,6 +41,7 @@ from graphrag_pipeline.lib.stores.edge_vectors import (
     CollectionNotFoundError,
     _as_vector,
     _check_collection_name,
+    check_new_collection,
 )
 
 DEFAULT_KEYWORD_FIELDS = (DOC_IDS_KEY, "source", "access_groups")
@@ -117,9 +118,7 @@ class QdrantVectorStore:
 
     def ensure_collection(self, collection: str, dimension: int) -> None:
         """Creates the collection, or checks that the existing one has this dimension; adds missing payload indexes."""
-        _check_collection_name(collection)
-        if dimension < 1:
-            raise ValueError(f"dimension must be positive, got {dimension}")
+        check_new_collection(collection, dimension)
         name = self._name(collection)
         with self._call(collection):
             if not self._client.collection_exists(name):
