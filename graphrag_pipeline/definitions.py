@@ -1,12 +1,19 @@
-"""Dagster entry point: every asset, job, sensor and schedule under `defs/`; backends from GRAPH_BACKEND and
+"""Dagster entry point: every asset, check, job, sensor and schedule under `defs/`; backends from GRAPH_BACKEND and
 VECTOR_BACKEND (embedded when unset)."""
 
-from dagster import Definitions, load_defs
+from pathlib import Path
 
-import graphrag_pipeline.defs
-from graphrag_pipeline.defs.resources import graphrag_from_environment
+from dagster import Definitions, load_from_defs_folder
 
-defs = Definitions.merge(
-    load_defs(graphrag_pipeline.defs),
-    Definitions(resources={"graphrag": graphrag_from_environment()}),
-)
+from graphrag_pipeline.defs.resources import GraphRAGResource, graphrag_from_environment
+
+
+def definitions_with(graphrag: GraphRAGResource) -> Definitions:
+    """The project's definitions bound to one `graphrag` resource (tests bind an embedded index of their own)."""
+    return Definitions.merge(
+        load_from_defs_folder(path_within_project=Path(__file__).parent),
+        Definitions(resources={"graphrag": graphrag}),
+    )
+
+
+defs = definitions_with(graphrag_from_environment())

@@ -39,7 +39,8 @@ def config(tmp_path) -> Path:
     path.write_text(yaml.safe_dump({
         "index_dir": "index",
         "shard_count": SHARD_COUNT,
-        "sources": [{"name": SOURCE, "kind": "folder", "path": "corpus"}],
+        # Every tick scans, so these tests need no waiting; the interval has its own test.
+        "sources": [{"name": SOURCE, "kind": "folder", "path": "corpus", "poll_interval_seconds": 0}],
     }))
     return path
 
@@ -79,6 +80,10 @@ def schedule_tick(config: Path) -> list[RunRequest] | SkipReason:
         return daily_refresh(context)
 
 
+def without_scan_time(cursor: str) -> dict:
+    return {key: value for key, value in json.loads(cursor).items() if key != "scanned_at"}
+
+
 def requested(result: list[RunRequest] | SkipReason) -> dict[str, str]:
     """partition key -> run key of each request (fails on a SkipReason)."""
     assert isinstance(result, list), result
@@ -104,7 +109,7 @@ def test_unchanged_sources_after_a_tick_request_nothing(config):
     _, cursor = sensor_tick(config)
     result, next_cursor = sensor_tick(config, cursor)
     assert isinstance(result, SkipReason)
-    assert next_cursor == cursor
+    assert without_scan_time(next_cursor) == without_scan_time(cursor)
 
 
 def test_an_edited_file_requests_its_shard_only(config):
@@ -217,7 +222,7 @@ def test_each_source_kind_has_its_own_sensor_and_one_without_sources_skips(confi
     catalog_dir.mkdir()
     (catalog_dir / "services.yaml").write_text("services:\n  - {name: payments-api, owner: team-payments}\n")
     settings = yaml.safe_load(config.read_text())
-    settings["sources"].append({"name": "svc", "kind": "catalog", "path": "catalog"})
+    settings["sources"].append({"name": "svc", "kind": "catalog", "path": "catalog", "poll_interval_seconds": 0})
     config.write_text(yaml.safe_dump(settings))
     with build_sensor_context(resources=resources) as context:
         catalog_requests = catalog_source_sensor(context)
@@ -227,3 +232,19 @@ def test_each_source_kind_has_its_own_sensor_and_one_without_sources_skips(confi
                           load_settings(config), "catalog")}
     assert set(requested(catalog_requests)) == catalog_shards
     assert all(key.startswith("catalog:") for key in requested(catalog_requests).values())
+
+
+def test_a_source_is_scanned_again_only_after_its_poll_interval(config):
+    settings = yaml.safe_load(config.read_text())
+    settings["sources"][0]["poll_interval_seconds"] = 3600
+    config.write_text(yaml.safe_dump(settings))
+    _, cursor = sensor_tick(config)
+    (corpus(config) / ALONE).write_text("# Acme Robotics\n\nAcme Robotics was sold to Boltworks.\n")
+
+    waiting, same_cursor = sensor_tick(config, cursor)
+    assert isinstance(waiting, SkipReason) and "next scan of the folder sources in" in waiting.skip_message
+    assert same_cursor == cursor  # nothing was scanned, so nothing is forgotten
+
+    an_hour_ago = {**json.loads(cursor), "scanned_at": json.loads(cursor)["scanned_at"] - 3600}
+    result, _ = sensor_tick(config, json.dumps(an_hour_ago))
+    assert list(requested(result)) == [shard_of(ALONE)]

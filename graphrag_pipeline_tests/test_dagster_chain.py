@@ -10,15 +10,13 @@ import yaml
 from dagster import (
     AssetKey,
     DagsterInstance,
-    Definitions,
     ExecuteInProcessResult,
     SkipReason,
     build_schedule_context,
     build_sensor_context,
-    load_defs,
 )
 
-import graphrag_pipeline.defs
+from graphrag_pipeline.definitions import definitions_with
 from graphrag_pipeline.defs.ingest.automation import daily_refresh, folder_source_sensor
 from graphrag_pipeline.defs.partitions import SHARD_COUNT, shard_key, shard_of_key
 from graphrag_pipeline.defs.resources import embedded_graphrag
@@ -55,10 +53,7 @@ class Project:
 
     def materialize(self, first: str, last: str) -> ExecuteInProcessResult:
         """Launch the `build_index` job as shipped, with the resource pointed at this project's configuration."""
-        defs = Definitions.merge(
-            load_defs(graphrag_pipeline.defs),
-            Definitions(resources={"graphrag": embedded_graphrag(config_path=str(self.config))}),
-        )
+        defs = definitions_with(embedded_graphrag(config_path=str(self.config)))
         job = defs.resolve_job_def("build_index")
         result = job.execute_in_process(instance=self.instance, tags=range_tags(first, last))
         assert result.success
@@ -129,6 +124,10 @@ def test_one_run_materializes_every_asset_over_the_whole_shard_range(project, fi
 
     meta = metadata(first_run)
     assert set(meta) == set(ASSETS)
+    # The asset checks run with the assets they guard, and a fresh build passes every one.
+    evaluations = {e.check_name: e for e in first_run.get_asset_check_evaluations()}
+    assert len(evaluations) == 8
+    assert all(e.passed for e in evaluations.values()), {n: e.description for n, e in evaluations.items()}
     docs = len(project.documents)
     assert meta["raw_documents"]["documents"] == meta["raw_documents"]["new"] == docs
     assert meta["raw_documents"]["quarantined"] == 0

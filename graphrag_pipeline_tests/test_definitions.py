@@ -48,11 +48,28 @@ def test_per_document_assets_are_sharded_and_backfilled_in_one_run():
         assert SPECS[name].automation_condition is None
 
 
-def test_corpus_wide_assets_are_unpartitioned_and_follow_eagerly():
+def test_corpus_wide_assets_are_unpartitioned_and_follow_shard_runs():
     for name in CORPUS_WIDE:
         assets_def = defs.resolve_assets_def(name)
         assert assets_def.partitions_def is None, name
-        assert SPECS[name].automation_condition.get_label() == "eager"
+        assert SPECS[name].automation_condition.get_label() == "after shard runs"
+
+
+def test_automation_sensor_targets_the_corpus_wide_assets_and_runs_on_a_fresh_instance():
+    from dagster import DefaultSensorStatus
+
+    sensor = defs.resolve_sensor_def("graphrag_automation_sensor")
+    assert sensor.default_status == DefaultSensorStatus.RUNNING
+    assert sensor.asset_selection.resolve(defs.resolve_asset_graph()) == {AssetKey(n) for n in CORPUS_WIDE}
+    for kind in ("folder", "confluence", "catalog", "eval_set"):
+        assert defs.resolve_sensor_def(f"{kind}_source_sensor").default_status == DefaultSensorStatus.RUNNING
+
+
+def test_every_stage_that_writes_a_store_has_checks():
+    checks = {(key.asset_key.to_user_string(), key.name) for key in defs.resolve_asset_graph().asset_check_keys}
+    assert {asset for asset, _ in checks} == {"embeddings", "extracted_elements", "graph", "communities",
+                                              "community_summaries"}
+    assert len(checks) == 8
 
 
 def test_jobs_sensor_and_schedule():
@@ -71,6 +88,10 @@ def test_jobs_sensor_and_schedule():
     assert schedule.cron_schedule == "0 3 * * *"
     assert schedule.job_name == "refresh_shards"
     assert schedule.required_resource_keys == {"graphrag"}
+
+    corpus = defs.resolve_job_def("refresh_corpus")
+    assert {key.to_user_string() for key in corpus.asset_layer.selected_asset_keys} == set(CORPUS_WIDE)
+    assert defs.resolve_schedule_def("daily_corpus_refresh").job_name == "refresh_corpus"
 
 
 def test_graphrag_resource_is_bound_to_the_embedded_tier():

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dagster import DagsterInstance, Definitions, load_defs
+from dagster import DagsterInstance
 
-import graphrag_pipeline.defs
+from graphrag_pipeline.definitions import definitions_with
 from graphrag_pipeline.defs.partitions import SHARD_COUNT, shard_key
 from graphrag_pipeline.defs.resources import embedded_graphrag
 from graphrag_pipeline.lib.config import load_settings
@@ -107,10 +107,7 @@ def project(tmp_path_factory, server) -> Path:
 
 
 def materialize(config: Path, expect_success: bool = True):
-    defs = Definitions.merge(
-        load_defs(graphrag_pipeline.defs),
-        Definitions(resources={"graphrag": embedded_graphrag(config_path=str(config))}),
-    )
+    defs = definitions_with(embedded_graphrag(config_path=str(config)))
     result = defs.resolve_job_def("build_index").execute_in_process(
         instance=DagsterInstance.ephemeral(), tags=range_tags(shard_key(0), shard_key(SHARD_COUNT - 1)),
         raise_on_error=False,

@@ -5,12 +5,18 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Sequence
 
-from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue
+from dagster import AssetCheckResult, AssetCheckSeverity, AssetExecutionContext, Failure, MaterializeResult, MetadataValue
 
 from graphrag_pipeline.defs.partitions import shard_of_key
 from graphrag_pipeline.defs.resources import GraphRAGResource
+from graphrag_pipeline.lib.checks import CheckOutcome
 from graphrag_pipeline.lib.llm.accounting import BudgetExceeded
+from graphrag_pipeline.lib.progress import EveryFewSeconds
 from graphrag_pipeline.lib.stages import StageReport
+from graphrag_pipeline.lib.workspace import Workspace
+
+
+PROGRESS_LOG_SECONDS = 10  # a progress line in the run's event log at most this often per step
 
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -30,7 +36,8 @@ def run_stage(
     """Run a stage on a fresh workspace, close its stores, and report; the total is wall time, so a model loaded on
     first use is counted too. Model spend counts against the budget of the whole Dagster run."""
     started = time.perf_counter()
-    with graphrag.workspace(run_id=context.run_id) as workspace:
+    progress = EveryFewSeconds(context.log.info, seconds=PROGRESS_LOG_SECONDS)
+    with graphrag.workspace(run_id=context.run_id, progress_listeners=[progress]) as workspace:
         try:
             report = stage(workspace, *args)
         except BudgetExceeded as error:
@@ -42,6 +49,14 @@ def run_stage(
                 allow_retries=False,
             ) from error
     return to_result(report, wall_seconds=time.perf_counter() - started)
+
+
+def run_check(check: Callable[[Workspace], CheckOutcome], graphrag: GraphRAGResource) -> AssetCheckResult:
+    """Run an index check on a fresh workspace: a failure is an ERROR the UI shows on the asset, with its reason."""
+    with graphrag.workspace() as workspace:
+        outcome = check(workspace)
+    return AssetCheckResult(passed=outcome.passed, description=outcome.description,
+                            metadata=outcome.metadata, severity=AssetCheckSeverity.ERROR)
 
 
 def to_result(report: StageReport, wall_seconds: float) -> MaterializeResult:

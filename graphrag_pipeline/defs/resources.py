@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from dagster import ConfigurableResource, EnvVar
 
 from graphrag_pipeline.lib.config import PipelineSettings, load_settings
 from graphrag_pipeline.lib.llm.accounting import Usage
+from graphrag_pipeline.lib.progress import ProgressListener
 from graphrag_pipeline.lib.stores.protocols import Embedder, GraphStore, VectorStore
 from graphrag_pipeline.lib.workspace import Workspace, llm_usage
 
@@ -64,6 +65,10 @@ class VectorStoreResource(ConfigurableResource, ABC):
     @abstractmethod
     def open(self, settings: PipelineSettings) -> VectorStore: ...
 
+    def open_published(self, settings: PipelineSettings) -> VectorStore:
+        """What readers see; a server has one view for writers and readers alike."""
+        return self.open(settings)
+
 
 class EmbeddedVectorStoreResource(VectorStoreResource):
     """Qdrant Edge shards inside the index directory."""
@@ -72,6 +77,11 @@ class EmbeddedVectorStoreResource(VectorStoreResource):
         from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorStore
 
         return EdgeVectorStore(Path(settings.index_dir) / "vectors")
+
+    def open_published(self, settings: PipelineSettings) -> VectorStore:
+        from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorReader
+
+        return EdgeVectorReader(Path(settings.index_dir) / "vectors")
 
 
 class QdrantVectorStoreResource(VectorStoreResource):
@@ -109,7 +119,7 @@ class GraphRAGResource(ConfigurableResource):
     vector_store: VectorStoreResource
     embedder: EmbedderResource
 
-    def workspace(self, run_id: str | None = None) -> Workspace:
+    def workspace(self, run_id: str | None = None, progress_listeners: Sequence[ProgressListener] = ()) -> Workspace:
         settings = self.pipeline.settings()
         usage = llm_usage(settings, run_id)  # this stage's model calls; the budget (if any) is the run's
         # Factories, not instances: a stage opens only the stores it touches (ingest never loads the model).
@@ -117,8 +127,10 @@ class GraphRAGResource(ConfigurableResource):
             settings,
             graph_store=lambda: self.graph_store.open(settings),
             vector_store=lambda: self.vector_store.open(settings),
+            published_vectors=lambda: self.vector_store.open_published(settings),
             embedder=lambda: self.embedder.open(settings, usage),
             usage=usage,
+            progress_listeners=progress_listeners,
         )
 
 
@@ -130,6 +142,13 @@ def embedded_graphrag(config_path: str | None = None, index_dir: str | None = No
         vector_store=EmbeddedVectorStoreResource(),
         embedder=ConfiguredEmbedderResource(),
     )
+
+
+def backend_kinds() -> dict[str, str]:
+    """The Dagster asset kinds of the configured backends, so the UI shows where each asset is written."""
+    from graphrag_pipeline.lib.backends import graph_backend
+
+    return {"graph": "neo4j" if graph_backend() == "neo4j" else "sqlite", "vectors": "qdrant"}
 
 
 def graphrag_from_environment() -> GraphRAGResource:

@@ -230,6 +230,9 @@ class LLMConfig(StrictModel):
         return self
 
 
+DEFAULT_POLL_SECONDS = {"folder": 60, "catalog": 60, "confluence": 300, "eval_set": 3600}
+
+
 class SourceConfig(StrictModel):
     name: str
     kind: Literal["folder", "eval_set", "confluence", "catalog"] = "folder"
@@ -249,6 +252,16 @@ class SourceConfig(StrictModel):
     access_groups: tuple[str, ...] = ()
     page_limit: int = Field(50, ge=1, le=1000)
     timeout_seconds: float = Field(30, gt=0)
+    # How often the source's sensor looks for changes (default by kind: a folder scan is a directory walk, a
+    # Confluence scan costs API calls; 0: on every sensor tick). Sources of one kind are looked at together, at the
+    # shortest of their intervals.
+    poll_interval_seconds: int | None = Field(None, ge=0)
+
+    @property
+    def poll_seconds(self) -> int:
+        if self.poll_interval_seconds is not None:
+            return self.poll_interval_seconds
+        return DEFAULT_POLL_SECONDS[self.kind]
 
     @field_validator("name")
     @classmethod
@@ -286,6 +299,14 @@ class SourceConfig(StrictModel):
         return self
 
 
+class ChecksConfig(StrictModel):
+    """Thresholds of the asset checks that run with every materialization."""
+
+    # Above this share of a stage's items in quarantine (unreadable documents, unusable model answers) the check
+    # fails: a few bad files are normal, a third of the corpus is a broken source or a down model server.
+    max_quarantine_share: float = Field(0.05, ge=0, le=1)
+
+
 class PipelineSettings(StrictModel):
     index_dir: str = ".graphrag/index"
     shard_count: int = Field(64, ge=1, le=4096)
@@ -298,6 +319,7 @@ class PipelineSettings(StrictModel):
     communities: CommunityConfig = CommunityConfig()
     summaries: SummariesConfig = SummariesConfig()
     llm: LLMConfig = LLMConfig()
+    checks: ChecksConfig = ChecksConfig()
 
     @model_validator(mode="after")
     def _types_in_ontology(self) -> "PipelineSettings":

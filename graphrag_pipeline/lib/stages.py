@@ -45,6 +45,10 @@ from graphrag_pipeline.lib.workspace import Workspace
 
 GLOBAL_SHARD = -1  # indexed_points shard for collections that are not partitioned (entities, communities)
 EMBEDDING_CONTEXT_TOKENS = 32
+# Texts per embed-and-upsert round: large enough for the model's own batching, small enough that progress moves and a
+# killed run keeps most of its work (each round is cached and recorded).
+EMBEDDING_BATCH = 512
+EXTRACTION_BATCH = 128
 COMMUNITY_EMBEDDING_CHARS = 800  # title, top entities and the strongest facts: what a global question matches
 
 
@@ -106,6 +110,7 @@ def ingest_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
     report = StageReport("raw_documents")
     shard_set = set(shards)
     count = ws.settings.shard_count
+    progress = ws.progress(report.stage, "read sources", len(ws.settings.sources))
     for source in ws.settings.sources:
         with report.timed("read"):
             scan = _read_incrementally(ws, source, shard_set, report) if source.kind == "confluence" else (
@@ -148,6 +153,7 @@ def ingest_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
         report.notes += [f"changed {d.doc_id}" for d in changed if d.doc_id not in new_ids][:STALENESS_LISTED]
         report.notes += [f"deleted {d}" for d in deleted[:STALENESS_LISTED]]
         report.notes += [f"quarantined {q.item_id}: {q.reason}" for q in scan.quarantined[:10]]
+        progress.advance()
     return report
 
 
@@ -192,6 +198,7 @@ def chunk_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
         documents = ws.state.documents_to_chunk(shard_set, key)
     produced = 0
     tokenizer = ws.tokenizer
+    progress = ws.progress(report.stage, "chunk documents", len(documents))
     with report.timed("chunk"):
         for doc in documents:
             chunks = chunk_document(doc, strategy=config.strategy, size=size, overlap=overlap, tokenizer=tokenizer)
@@ -200,6 +207,7 @@ def chunk_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
             if len(report.sample) < 5 and chunks:
                 report.sample.append({"chunk_id": chunks[0].chunk_id, "doc_id": doc.doc_id,
                                       "tokens": chunks[0].token_count, "text": chunks[0].text[:80]})
+            progress.advance()
     report.counts.update(documents_rechunked=len(documents), chunks_written=produced,
                          chunk_size=size, chunk_overlap=overlap)
     return report
@@ -240,14 +248,16 @@ def sync_points(
     stale = sorted(pid for pid, key in keys.items() if indexed.get(pid) != key)
     removed = sorted(set(indexed) - set(wanted))
     ws.vector_store.ensure_collection(collection, ws.embedding_dimension)
-    for start in range(0, len(stale), 2048):
-        batch = stale[start : start + 2048]
+    progress = ws.progress(report.stage, f"embed {collection}", len(stale))
+    for start in range(0, len(stale), EMBEDDING_BATCH):
+        batch = stale[start : start + EMBEDDING_BATCH]
         vectors = embed_texts_cached(ws, [wanted[pid][1] for pid in batch], report)
         with report.timed("upsert"):
             ws.vector_store.upsert(
                 collection, [VectorPoint(pid, vec, wanted[pid][2]) for pid, vec in zip(batch, vectors)]
             )
         ws.state.record_indexed_points(collection, {pid: (wanted[pid][0], keys[pid]) for pid in batch}, [])
+        progress.advance(len(batch))
     if removed:
         with report.timed("delete"):
             ws.vector_store.delete(collection, removed)
@@ -293,9 +303,10 @@ def extract_elements(ws: Workspace, shards: Iterable[int]) -> StageReport:
         # was unusable comes back from the completion cache, so only failed calls cost anything twice.
         retry = {q.item_id for q in ws.state.quarantined("extraction")}
         todo = [c for c in chunks if c.chunk_id not in done or c.chunk_id in retry]
+    progress = ws.progress(report.stage, "extract chunks", len(todo))
     with report.timed("extract"):
-        for start in range(0, len(todo), 512):
-            batch = todo[start : start + 512]
+        for start in range(0, len(todo), EXTRACTION_BATCH):
+            batch = todo[start : start + EXTRACTION_BATCH]
             results, quarantined = ws.extract(batch)
             ws.state.store_extractions(key, results)
             report.counts["extracted"] = report.counts.get("extracted", 0) + len(results)
@@ -313,6 +324,7 @@ def extract_elements(ws: Workspace, shards: Iterable[int]) -> StageReport:
                 len(e.entities) for e in results)
             report.counts["relation_mentions"] = report.counts.get("relation_mentions", 0) + sum(
                 len(e.relations) for e in results)
+            progress.advance(len(batch))
     report.counts.setdefault("extracted", 0)
     report.counts.update(chunks=len(chunks), cached=len(chunks) - len(todo))
     return report
@@ -400,6 +412,7 @@ def sync_graph(ws: Workspace) -> StageReport:
         synced = {kind: ws.state.element_hashes(kind, table="synced") for kind in ("entity", "relationship")}
     changed = {k: sorted(e for e, h in current[k].items() if synced[k].get(e) != h) for k in current}
     removed = {k: sorted(set(synced[k]) - set(current[k])) for k in current}
+    progress = ws.progress(report.stage, "write elements", len(changed["entity"]) + len(changed["relationship"]))
     with report.timed("write"):
         if removed["relationship"]:
             graph.delete_relationships(removed["relationship"])
@@ -408,11 +421,13 @@ def sync_graph(ws: Workspace) -> StageReport:
         for start in range(0, len(changed["entity"]), 5000):
             ids = changed["entity"][start : start + 5000]
             graph.upsert_entities([entity_from_payload(p) for p in ws.state.element_payloads("entity", ids).values()])
+            progress.advance(len(ids))
         for start in range(0, len(changed["relationship"]), 5000):
             ids = changed["relationship"][start : start + 5000]
             graph.upsert_relationships(
                 [relationship_from_payload(p) for p in ws.state.element_payloads("relationship", ids).values()]
             )
+            progress.advance(len(ids))
         ws.state.record_synced("entity", {e: current["entity"][e] for e in changed["entity"]}, removed["entity"])
         ws.state.record_synced(
             "relationship", {r: current["relationship"][r] for r in changed["relationship"]}, removed["relationship"]
@@ -462,8 +477,10 @@ def build_communities(ws: Workspace) -> StageReport:
     config = ws.settings.communities
     with report.timed("edges"):
         edges = ws.graph_store.weighted_edges()
+    progress = ws.progress(report.stage, "hierarchical Leiden over edges", len(edges))
     with report.timed("leiden"):
         communities = detect_communities(edges, max_cluster_size=config.max_cluster_size, seed=config.seed)
+    progress.advance(len(edges))
     with report.timed("store"):
         ws.state.replace_communities({c.community_id: (c.level, json.dumps(c.to_dict())) for c in communities})
     levels: dict[int, int] = defaultdict(int)
@@ -511,17 +528,18 @@ def summarize_communities(ws: Workspace) -> StageReport:
     removed = sorted(set(previous) - set(hashes))
     with report.timed("relationships"):
         relationships_of = _relationships_by_community(ws, todo)
+    progress = ws.progress(report.stage, "summarize communities", len(todo))
+    new_summaries = {}
     with report.timed("summarize"):
-        new_summaries = {
-            c.community_id: summarize_community_extractively(
-                c,
+        for community in todo:
+            new_summaries[community.community_id] = summarize_community_extractively(
+                community,
                 entities,
-                relationships_of[c.community_id],
+                relationships_of[community.community_id],
                 top_entities=config.top_entities,
                 max_sentences=config.summary_sentences,
             )
-            for c in todo
-        }
+            progress.advance()
     by_llm = [c for c in todo if c.community_id in reported_by_llm]
     if by_llm:
         with report.timed("llm_reports"):

@@ -363,6 +363,9 @@ class StateStore:
     def chunk_shards(self) -> dict[str, int]:
         return dict(self.query("SELECT chunk_id, shard FROM chunks"))
 
+    def chunk_ids(self) -> list[str]:
+        return [row[0] for row in self.query("SELECT chunk_id FROM chunks")]
+
     def chunk_count(self) -> int:
         return self.query("SELECT COUNT(*) FROM chunks")[0][0]
 

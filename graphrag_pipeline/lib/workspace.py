@@ -23,6 +23,7 @@ from graphrag_pipeline.lib.config import PipelineSettings
 from graphrag_pipeline.lib.ids import content_hash
 from graphrag_pipeline.lib.llm.accounting import RunLedger, Usage
 from graphrag_pipeline.lib.models import Chunk, ChunkExtraction, EntityMention, Quarantined, RelationMention
+from graphrag_pipeline.lib.progress import ProgressListener, StepProgress
 from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.protocols import Embedder, GraphStore, VectorStore
 
@@ -51,16 +52,24 @@ class Workspace:
         state: Provided[StateStore] = None,
         graph_store: Provided[GraphStore] = None,
         vector_store: Provided[VectorStore] = None,
+        published_vectors: Provided[VectorStore] = None,
         embedder: Provided[Embedder] = None,
         usage: Usage | None = None,
+        progress_listeners: Sequence[ProgressListener] = (),
     ):
         self.settings = settings
+        self.progress_listeners = list(progress_listeners)  # who watches long steps: a run's log, a terminal bar
         self.usage = usage or llm_usage(settings)  # every LLM and HTTP-embedder call of this workspace
         self.index_dir = Path(settings.index_dir)
         self._state = state
         self._graph_store = graph_store
         self._vector_store = vector_store
+        self._published_vectors = published_vectors
         self._embedder = embedder
+
+    def progress(self, stage: str, step: str, total: int) -> StepProgress:
+        """A counter for one long step of a stage, reported to this workspace's progress listeners."""
+        return StepProgress(stage, step, total, self.progress_listeners)
 
     @cached_property
     def state(self) -> StateStore:
@@ -83,6 +92,15 @@ class Workspace:
         from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorStore
 
         return EdgeVectorStore(self.index_dir / "vectors")
+
+    @cached_property
+    def published_vectors(self) -> VectorStore:
+        """The vector collections as queries see them: the published version (a server has only one view)."""
+        if self._published_vectors is not None:
+            return _resolve(self._published_vectors)
+        from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorReader
+
+        return EdgeVectorReader(self.index_dir / "vectors")
 
     @cached_property
     def embedder(self) -> Embedder:
@@ -173,7 +191,7 @@ class Workspace:
         ], quarantined
 
     def close(self) -> None:
-        for name in ("graph_store", "vector_store", "state", "llm"):
+        for name in ("graph_store", "vector_store", "published_vectors", "state", "llm"):
             if name in self.__dict__:
                 self.__dict__[name].close()
         if "embedder" in self.__dict__ and hasattr(self.embedder, "close"):

@@ -214,10 +214,12 @@ def test_new_collection_is_empty_and_ensure_collection_is_idempotent(vector_stor
 
 
 def test_collections_are_independent(vector_store: VectorStore) -> None:
+    assert "entities" not in vector_store.collections()
     vector_store.ensure_collection("chunks", DIM)
     vector_store.ensure_collection("entities", 2)
     vector_store.upsert("chunks", corpus())
     vector_store.upsert("entities", [point("chunk-a", [0.0, 1.0], ["doc-1"])])
+    assert {"chunks", "entities"} <= set(vector_store.collections())
 
     vector_store.delete_by_document("entities", "doc-1")
 

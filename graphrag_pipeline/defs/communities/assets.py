@@ -1,5 +1,6 @@
-from dagster import AssetExecutionContext, AutomationCondition, MaterializeResult, asset
+from dagster import AssetExecutionContext, MaterializeResult, asset
 
+from graphrag_pipeline.defs.ingest.automation import FOLLOWS_SHARD_RUNS
 from graphrag_pipeline.defs.partitions import SINGLE_RUN
 from graphrag_pipeline.defs.reporting import run_stage
 from graphrag_pipeline.defs.resources import GraphRAGResource
@@ -7,7 +8,7 @@ from graphrag_pipeline.lib.stages import build_communities, summarize_communitie
 
 
 @asset(deps=["graph"], backfill_policy=SINGLE_RUN, group_name="communities", kinds={"python", "graspologic"},
-       automation_condition=AutomationCondition.eager())
+       automation_condition=FOLLOWS_SHARD_RUNS)
 def communities(context: AssetExecutionContext, graphrag: GraphRAGResource) -> MaterializeResult:
     """Hierarchical Leiden (graspologic, fixed seed) over the entity graph; every level kept with parent/child links
     and content-derived ids that stay stable while membership does."""
@@ -15,7 +16,7 @@ def communities(context: AssetExecutionContext, graphrag: GraphRAGResource) -> M
 
 
 @asset(deps=["communities"], backfill_policy=SINGLE_RUN, group_name="communities", kinds={"python", "qdrant"},
-       automation_condition=AutomationCondition.eager())
+       automation_condition=FOLLOWS_SHARD_RUNS)
 def community_summaries(context: AssetExecutionContext, graphrag: GraphRAGResource) -> MaterializeResult:
     """Summaries of the communities whose membership or member content changed — extractive (top entities,
     strongest relationships) or LLM reports (title, summary, findings, rating) — embedded into the `communities`

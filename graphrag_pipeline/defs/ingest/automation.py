@@ -1,20 +1,30 @@
-"""Rebuild only what changed: one sensor per source kind and a daily schedule, requesting runs for changed shards.
+"""Rebuild only what changed, unattended: one sensor per source kind, the automation sensor, daily schedules.
 
-Shard runs materialize the four per-document assets; the four corpus-wide assets (element summaries → graph →
-communities → community summaries) carry an eager automation condition, so they follow once after the shard runs
-land instead of once per shard.
+Shard runs (`refresh_shards`, requested by the source sensors) materialize the four per-document assets. The four
+corpus-wide assets (element summaries → graph → communities → community summaries) follow through
+`graphrag_automation_sensor`: once the shard runs have landed and none is still in progress, it requests the
+corpus-wide chain in one run. Every sensor and schedule here is RUNNING on a fresh instance, so `dagster dev` or
+`dagster-daemon run` keeps the index fresh with no clicks. What the daemon missed while it was down is caught by the
+daily schedules: `daily_refresh` compares the sources with the index, `daily_corpus_refresh` brings the corpus-wide
+chain level with the shards.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from dagster import (
+    AssetKey,
     AssetSelection,
+    AutomationCondition,
+    AutomationConditionSensorDefinition,
+    DagsterRunStatus,
     DefaultScheduleStatus,
     DefaultSensorStatus,
     RunRequest,
+    RunsFilter,
     ScheduleEvaluationContext,
     SensorEvaluationContext,
     SkipReason,
@@ -29,12 +39,28 @@ from graphrag_pipeline.lib.changes import changed_shards, of_sources, shard_fing
 from graphrag_pipeline.lib.state import StateStore
 
 PER_DOCUMENT_ASSETS = ["raw_documents", "chunks", "embeddings", "extracted_elements"]
+CORPUS_WIDE_ASSETS = ["element_summaries", "graph", "communities", "community_summaries"]
+
+# When a corpus-wide asset follows: a parent was updated since this asset was last requested or updated, and no
+# parent (no shard run) is still running — several shard runs landing close together make one corpus-wide run.
+# Unlike `eager()`, shard partitions that were never materialized (shards without documents) do not block it.
+FOLLOWS_SHARD_RUNS = (
+    AutomationCondition.any_deps_updated().since_last_handled()
+    & ~AutomationCondition.any_deps_in_progress()
+    & ~AutomationCondition.in_progress()
+).with_label("after shard runs")
 
 refresh_shards = define_asset_job(
     "refresh_shards",
     selection=AssetSelection.assets(*PER_DOCUMENT_ASSETS),
     partitions_def=SHARDS,
     description="Re-read, re-chunk, re-embed and re-extract the documents of the given shards (unchanged ones are free).",
+)
+
+refresh_corpus = define_asset_job(
+    "refresh_corpus",
+    selection=AssetSelection.assets(*CORPUS_WIDE_ASSETS),
+    description="Bring the corpus-wide assets level with the shards (merge, graph, communities, their summaries).",
 )
 
 build_index = define_asset_job(
@@ -75,23 +101,29 @@ def shard_run_requests(
     ]
 
 
-# How often each kind of source is looked at: a folder scan is a directory walk, a Confluence scan costs API calls.
-SENSOR_INTERVAL_SECONDS = {"folder": 60, "catalog": 60, "confluence": 300, "eval_set": 3600}
+# How often the daemon asks each source sensor; the sensor itself scans only when its sources' configured poll
+# interval (`poll_interval_seconds`, by kind 60 s to 1 h) has passed, so the interval is configuration, not code.
+SENSOR_TICK_SECONDS = 10
 
 
 def source_sensor(kind: str):
     """A sensor on the sources of one kind: hashes them cheaply, compares per-shard fingerprints with its cursor (or,
     on first start, with what the index holds) and requests a run for each shard that changed."""
 
-    @sensor(name=f"{kind}_source_sensor", job=refresh_shards, minimum_interval_seconds=SENSOR_INTERVAL_SECONDS[kind],
+    @sensor(name=f"{kind}_source_sensor", job=refresh_shards, minimum_interval_seconds=SENSOR_TICK_SECONDS,
             default_status=DefaultSensorStatus.RUNNING,
             description=f"Requests refresh_shards runs for the shards whose {kind} sources changed.")
     def _sensor(context: SensorEvaluationContext, graphrag: GraphRAGResource):
         settings = graphrag.pipeline.settings()
-        if not any(source.kind == kind for source in settings.sources):
+        sources = [source for source in settings.sources if source.kind == kind]
+        if not sources:
             return SkipReason(f"no {kind} source is configured")
-        current = shard_fingerprints(source_hashes(settings, kind), settings.shard_count)
         cursor = json.loads(context.cursor) if context.cursor else {}
+        interval = min(source.poll_seconds for source in sources)
+        waited = time.time() - float(cursor.get("scanned_at", 0))
+        if waited < interval:
+            return SkipReason(f"next scan of the {kind} sources in {interval - waited:.0f} s")
+        current = shard_fingerprints(source_hashes(settings, kind), settings.shard_count)
         if "shards" in cursor:
             previous = {int(shard): fp for shard, fp in cursor["shards"].items()}
         else:
@@ -100,9 +132,11 @@ def source_sensor(kind: str):
         requests = shard_run_requests(current, previous, generation, prefix=kind)
         if requests:
             generation += 1
-        context.update_cursor(json.dumps(
-            {"generation": generation, "shards": {str(shard): fp for shard, fp in sorted(current.items())}}
-        ))
+        context.update_cursor(json.dumps({
+            "generation": generation,
+            "scanned_at": time.time(),
+            "shards": {str(shard): fp for shard, fp in sorted(current.items())},
+        }))
         if not requests:
             return SkipReason(f"no {kind} source changed")
         return requests
@@ -128,3 +162,49 @@ def daily_refresh(context: ScheduleEvaluationContext, graphrag: GraphRAGResource
         for request in shard_run_requests(current, indexed_fingerprints(graphrag), generation=0)
     ]
     return requests or SkipReason("index matches the sources")
+
+
+graphrag_automation_sensor = AutomationConditionSensorDefinition(
+    "graphrag_automation_sensor",
+    target=AssetSelection.assets(*CORPUS_WIDE_ASSETS),
+    default_status=DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=30,
+    description="Requests the corpus-wide assets once shard runs have landed (their automation conditions).",
+)
+
+
+@schedule(job=refresh_corpus, cron_schedule="30 3 * * *", default_status=DefaultScheduleStatus.RUNNING)
+def daily_corpus_refresh(context: ScheduleEvaluationContext):
+    """Once a day, after `daily_refresh`: if a corpus-wide asset is older than what it is built from (its run failed,
+    or the daemon was down when the shard runs landed), request the corpus-wide chain. Waits for running work."""
+    instance = context.instance
+    busy = instance.get_runs(
+        filters=RunsFilter(statuses=[DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED,
+                                     DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]),
+        limit=1,
+    )
+    if busy:
+        return SkipReason(f"run {busy[0].run_id} is still in progress; the automation sensor follows it")
+    behind = corpus_assets_behind(
+        {name: _latest_storage_id(instance, name) for name in [PER_DOCUMENT_ASSETS[-1], *CORPUS_WIDE_ASSETS]}
+    )
+    if not behind:
+        return SkipReason("the corpus-wide assets are level with the shards")
+    day = context.scheduled_execution_time.strftime("%Y-%m-%d")
+    return RunRequest(run_key=f"corpus:{day}", tags={"graphrag/trigger": f"daily-{day}",
+                                                     "graphrag/behind": ",".join(behind)})
+
+
+def corpus_assets_behind(latest: dict[str, int | None]) -> list[str]:
+    """The corpus-wide assets whose last materialization is older than their parent's (or missing while the parent
+    exists), given each asset's latest materialization storage id in lineage order."""
+    names = [PER_DOCUMENT_ASSETS[-1], *CORPUS_WIDE_ASSETS]
+    return [
+        child for parent, child in zip(names, names[1:])
+        if latest[parent] is not None and (latest[child] is None or latest[child] < latest[parent])
+    ]
+
+
+def _latest_storage_id(instance, name: str) -> int | None:
+    event = instance.get_latest_materialization_event(AssetKey(name))
+    return event.storage_id if event is not None else None

@@ -1,5 +1,6 @@
-from dagster import AssetExecutionContext, AutomationCondition, MaterializeResult, asset
+from dagster import AssetExecutionContext, MaterializeResult, asset
 
+from graphrag_pipeline.defs.ingest.automation import FOLLOWS_SHARD_RUNS
 from graphrag_pipeline.defs.partitions import SINGLE_RUN
 from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.defs.reporting import run_stage
@@ -7,7 +8,7 @@ from graphrag_pipeline.lib.stages import summarize_elements
 
 
 @asset(deps=["extracted_elements"], backfill_policy=SINGLE_RUN, group_name="graph", kinds={"python", "sqlite"},
-       automation_condition=AutomationCondition.eager())
+       automation_condition=FOLLOWS_SHARD_RUNS)
 def element_summaries(context: AssetExecutionContext, graphrag: GraphRAGResource) -> MaterializeResult:
     """One entity per real-world thing and one relationship per typed pair, descriptions merged with provenance;
     only changed elements are rewritten."""

@@ -58,6 +58,8 @@ class VectorStore(Protocol):
 
     def point_ids(self, collection: str) -> set[str]: ...
 
+    def collections(self) -> list[str]: ...  # names of the collections that exist
+
     def publish(self) -> None: ...  # make all writes visible to readers in other processes (no-op for servers)
 
     def close(self) -> None: ...

@@ -1,0 +1,148 @@
+"""The index checks pass on a fresh build and fail, saying what is wrong, on an index damaged in each way they guard."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from graphrag_pipeline.lib import checks
+from graphrag_pipeline.lib.models import Quarantined
+from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorStore
+from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES
+from graphrag_pipeline.lib.workspace import Workspace
+
+from .conftest import FIXTURES, build, folder_settings
+
+pytestmark = pytest.mark.slow
+
+ALL_CHECKS = {
+    "chunk_vectors": lambda ws: checks.chunk_vectors(ws.state, ws.published_vectors),
+    "entity_vectors": lambda ws: checks.entity_vectors(ws.state, ws.published_vectors),
+    "community_vectors": lambda ws: checks.community_vectors(ws.state, ws.published_vectors),
+    "graph_matches_elements": lambda ws: checks.graph_matches_elements(ws.state, ws.graph_store),
+    "relationships_have_entities": lambda ws: checks.relationships_have_entities(ws.graph_store),
+    "elements_have_provenance": lambda ws: checks.elements_have_provenance(ws.graph_store),
+    "communities_cover_graph": lambda ws: checks.communities_cover_graph(ws.state, ws.graph_store),
+    "quarantine_share": lambda ws: checks.quarantine_share(ws.state, ws.settings.checks.max_quarantine_share),
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    index = tmp_path_factory.mktemp("checked") / "index"
+    build(folder_settings(index, FIXTURES / "multihop"))
+    return index
+
+
+@pytest.fixture
+def index(built, tmp_path) -> Path:
+    """A private copy of the built index, free to damage."""
+    copy = tmp_path / "index"
+    shutil.copytree(built, copy)
+    return copy
+
+
+def run_checks(index: Path) -> dict[str, checks.CheckOutcome]:
+    with Workspace(folder_settings(index, FIXTURES / "multihop")) as ws:
+        return {name: check(ws) for name, check in ALL_CHECKS.items()}
+
+
+def failing(outcomes: dict[str, checks.CheckOutcome]) -> set[str]:
+    return {name for name, outcome in outcomes.items() if not outcome.passed}
+
+
+def test_a_fresh_build_passes_every_check(index):
+    outcomes = run_checks(index)
+    assert failing(outcomes) == set(), {n: o.description for n, o in outcomes.items() if not o.passed}
+    assert outcomes["chunk_vectors"].metadata["expected"] > 0
+    assert outcomes["communities_cover_graph"].metadata["connected_entities"] > 0
+
+
+@pytest.mark.parametrize("collection, check", [(CHUNKS, "chunk_vectors"), (ENTITIES, "entity_vectors"),
+                                               (COMMUNITIES, "community_vectors")])
+def test_a_collection_missing_points_fails_its_check(index, collection, check):
+    store = EdgeVectorStore(index / "vectors")
+    removed = sorted(store.point_ids(collection))[:3]
+    store.delete(collection, removed)
+    store.publish()
+    store.close()
+
+    outcome = run_checks(index)[check]
+
+    assert failing(run_checks(index)) == {check}
+    assert outcome.metadata["missing"] == 3
+    assert f"3 of {outcome.metadata['expected']:,}" in outcome.description
+    assert f"published `{collection}` collection" in outcome.description
+    assert removed[0] in outcome.description  # the operator gets ids to look at
+
+
+def test_unpublished_writes_are_not_what_queries_see(index):
+    """Points deleted in the writer's working copy but never published: readers still have them, so the check (which
+    reads the published version) passes — and fails once the damage is published."""
+    store = EdgeVectorStore(index / "vectors")
+    store.delete(CHUNKS, sorted(store.point_ids(CHUNKS))[:1])
+    assert run_checks(index)["chunk_vectors"].passed
+    store.publish()
+    store.close()
+    assert not run_checks(index)["chunk_vectors"].passed
+
+
+def test_a_relationship_to_a_deleted_entity_fails(index):
+    with sqlite3.connect(index / "graph.sqlite") as conn:  # damage below the store's API, as a crash could
+        (source_id,) = conn.execute("SELECT source_id FROM relationships ORDER BY relationship_id LIMIT 1").fetchone()
+        conn.execute("DELETE FROM entities WHERE entity_id = ?", (source_id,))
+
+    outcomes = run_checks(index)
+
+    assert {"relationships_have_entities", "graph_matches_elements"} <= failing(outcomes)
+    assert "point at a missing entity" in outcomes["relationships_have_entities"].description
+    assert source_id in outcomes["graph_matches_elements"].description
+
+
+def test_an_entity_without_provenance_fails(index):
+    with sqlite3.connect(index / "graph.sqlite") as conn:
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(entities)")]
+        assert "doc_ids" in columns
+        (entity_id,) = conn.execute("SELECT entity_id FROM entities ORDER BY entity_id LIMIT 1").fetchone()
+        conn.execute("UPDATE entities SET doc_ids = '[]' WHERE entity_id = ?", (entity_id,))
+
+    outcome = run_checks(index)["elements_have_provenance"]
+
+    assert not outcome.passed and entity_id in outcome.description
+
+
+def test_communities_that_miss_connected_entities_fail(index):
+    with Workspace(folder_settings(index, FIXTURES / "multihop")) as ws:
+        ws.state.replace_communities({})
+
+    outcome = run_checks(index)["communities_cover_graph"]
+
+    assert not outcome.passed
+    assert outcome.metadata["uncovered"] == outcome.metadata["connected_entities"] > 0
+
+
+def test_quarantine_above_the_threshold_fails_and_lists_the_reasons(index):
+    with Workspace(folder_settings(index, FIXTURES / "multihop")) as ws:
+        documents = ws.state.document_count()
+        ws.state.quarantine([Quarantined("sources", f"t:broken-{i}.md", f"cannot read /srv/broken-{i}.md: bad bytes")
+                             for i in range(documents)])
+        ws.state.quarantine([Quarantined("extraction", "chunk-x", "unusable model output")])
+
+    outcome = run_checks(index)["quarantine_share"]
+
+    assert not outcome.passed
+    assert outcome.description.startswith("quarantine above 5% in ")
+    assert f"sources: {documents} of {2 * documents} items (50.0%)" in outcome.description
+    assert outcome.metadata["sources_share"] == 0.5
+    assert f"cannot read ×{documents}" in outcome.description  # reasons grouped without the paths they name
+    assert "unusable model output ×1" in outcome.description
+
+
+def test_a_little_quarantine_passes(index):
+    with Workspace(folder_settings(index, FIXTURES / "multihop")) as ws:
+        ws.state.quarantine([Quarantined("extraction", "chunk-x", "unusable model output")])
+    with Workspace(folder_settings(index, FIXTURES / "multihop", checks={"max_quarantine_share": 1.0})) as ws:
+        assert ALL_CHECKS["quarantine_share"](ws).passed
