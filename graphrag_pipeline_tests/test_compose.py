@@ -1,6 +1,8 @@
-"""Structure of the production stack: docker-compose.yml, deploy/Dockerfile, deploy/.env.example, deploy/workspace.yaml
-and the PostgreSQL instance file. No Docker engine exists here, so nothing is built or started: the files are parsed
-and checked against what the stack needs, and the instance and workspace files go through Dagster's own validation.
+"""Structure of the production stack: docker-compose.yml, deploy/Dockerfile, deploy/.env.example, deploy/workspace.yaml,
+deploy/graphrag.yaml and the PostgreSQL instance file. No Docker engine exists here, so nothing is built or started:
+the files are parsed and checked against what the stack needs (with Compose's variable substitution done here, for the
+forms the file uses, to see what the containers get from a given deploy/.env), and the instance, workspace and
+pipeline config files go through the project's and Dagster's own validation.
 """
 
 from __future__ import annotations
@@ -8,7 +10,8 @@ from __future__ import annotations
 import re
 import shutil
 import tomllib
-from pathlib import Path
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
@@ -20,12 +23,17 @@ from dagster_postgres import DagsterPostgresStorage
 from dagster_postgres.utils import pg_url_from_config
 from sqlalchemy.engine import make_url
 
+from graphrag_pipeline.lib.config import LLMConfig, SourceConfig, load_settings
+from graphrag_pipeline.lib.confluence import ConfluenceClient, ConfluenceError
+from graphrag_pipeline.lib.llm.clients import DEFAULT_OPENAI_BASE_URL, resolve_base_url
+
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
 DEPLOY = ROOT / "deploy"
 INSTANCE_YAML = DEPLOY / "dagster-postgres.yaml"
 ENV_EXAMPLE = DEPLOY / ".env.example"
 DOCKERFILE = DEPLOY / "Dockerfile"
+EXAMPLE_CONFIG = DEPLOY / "graphrag.yaml"
 
 DAGSTER_SERVICES = ("dagster-webserver", "dagster-daemon")
 SERVERS = ("neo4j", "qdrant", "postgres")
@@ -33,6 +41,9 @@ PG_VARS = ("DAGSTER_PG_HOST", "DAGSTER_PG_PORT", "DAGSTER_PG_USER", "DAGSTER_PG_
 SECRET_KEY = re.compile(r"PASSWORD|SECRET|API_KEY|TOKEN|AUTH", re.IGNORECASE)
 # `${VAR}`, `${VAR:?message}`, `${VAR:-default}`; not `$${...}`, which Compose passes to the container's shell.
 VAR_REFERENCE = re.compile(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?[-?+][^}]*)?\}")
+# What Compose substitutes: `$$` (a literal `$`) or `${VAR}` with an optional `:-`/`-` default or `:?`/`?` error.
+SUBSTITUTION = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?)([-?])([^}]*))?\}")
+BIND_SOURCE = (".", "/", "~")  # a host path, not a named volume
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +78,32 @@ def published_ports(service: dict) -> set[int]:
     return {int(str(port).rsplit(":", 1)[-1].split("/")[0]) for port in service.get("ports", [])}
 
 
-def mounts(service: dict) -> list[tuple[str, str]]:
-    return [tuple(str(volume).split(":")[:2]) for volume in service.get("volumes", [])]
+def interpolate(text: str, env: Mapping[str, str]) -> str:
+    """`text` as Compose substitutes it when `env` holds the variables (`--env-file deploy/.env`)."""
+    def substitute(match: re.Match) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name, colon, operator, argument = match.groups()
+        value = env.get(name)
+        missing = value is None or (colon == ":" and value == "")
+        if missing and operator == "-":
+            return argument
+        if missing and operator == "?":
+            raise ValueError(f"{name} is required: {argument}")
+        return value or ""
+    return SUBSTITUTION.sub(substitute, text)
+
+
+def mounts(service: dict, env: Mapping[str, str] | None = None) -> list[tuple[str, str, str]]:
+    """(source, target, mode) of each short-syntax volume, after substitution with `env` (none set: the defaults)."""
+    parts = [interpolate(str(volume), env or {}).split(":") for volume in service.get("volumes", [])]
+    return [(part[0], part[1], part[2] if len(part) > 2 else "rw") for part in parts]
+
+
+def container_environment(service: dict, env_file: Mapping[str, str]) -> dict[str, str]:
+    """What a Dagster container sees when deploy/.env holds `env_file`: that file (`env_file:`), then `environment:`
+    substituted from the same file (`--env-file`) on top, which is Compose's order of precedence."""
+    return {**env_file, **{key: interpolate(value, env_file) for key, value in environment(service).items()}}
 
 
 def env_files(service: dict) -> list[str]:
@@ -133,13 +168,16 @@ def test_every_data_directory_is_a_declared_named_volume(compose, services):
     declared = set(compose["volumes"])
     used = set()
     for name, service in services.items():
-        for source, target in mounts(service):
-            assert not source.startswith((".", "/", "~", "$")), f"{name}: bind mount {source}:{target}"
+        for source, target, mode in mounts(service):
+            if source.startswith(BIND_SOURCE):
+                # Host paths are only the user's inputs to the pipeline (next test), never where anything is written.
+                assert name in DAGSTER_SERVICES and mode == "ro", f"{name}: bind mount {source}:{target}:{mode}"
+                continue
             assert source in declared, f"{name}: volume {source} not declared"
             used.add(source)
     assert used == declared, f"declared but unused: {declared - used}"
 
-    targets = {name: {target for _, target in mounts(service)} for name, service in services.items()}
+    targets = {name: {target for _, target, _ in mounts(service)} for name, service in services.items()}
     assert "/data" in targets["neo4j"]
     assert "/qdrant/storage" in targets["qdrant"]
     assert "/var/lib/postgresql/data" in targets["postgres"]
@@ -159,11 +197,18 @@ def test_no_secret_is_written_in_the_compose_file(services, env_example):
         assert env_files(services[name]) == ["deploy/.env"], name
         # Secrets reach Dagster from the env file only, and the env file really provides them.
         env = environment(services[name])
-        for key in ("NEO4J_PASSWORD", "QDRANT_API_KEY", "DAGSTER_PG_USER", "DAGSTER_PG_PASSWORD", "DAGSTER_PG_DB"):
+        for key in ("NEO4J_PASSWORD", "QDRANT_API_KEY", "DAGSTER_PG_USER", "DAGSTER_PG_PASSWORD", "DAGSTER_PG_DB",
+                    SourceConfig.model_fields["token_env"].default, LLMConfig.model_fields["api_key_env"].default):
             assert key not in env, (name, key)
             assert key in env_example, key
     # No other service reads the env file wholesale: the servers get only the variables they need.
     assert [name for name, service in services.items() if env_files(service)] == list(DAGSTER_SERVICES)
+
+
+def test_env_example_holds_placeholders_only(env_example):
+    for key, value in env_example.items():
+        if SECRET_KEY.search(key):
+            assert value == "" or value.startswith("change-me"), f"{key} looks like a real secret"
 
 
 def test_every_variable_the_stack_reads_is_documented_in_env_example(services, env_example):
@@ -285,3 +330,65 @@ def test_the_instance_resolves_its_connection_from_the_environment_only(tmp_path
     missing = process_config(DagsterPostgresStorage.config_type(), storage_config)
     assert not missing.success
     assert "DAGSTER_PG_PASSWORD" in str(missing.errors)
+
+
+def test_the_users_config_and_sources_are_mounted_from_paths_set_in_the_env_file(services, env_example):
+    def inputs(service: dict, env: Mapping[str, str]) -> dict[str, str]:
+        return {target: source for source, target, _ in mounts(service, env) if source.startswith(BIND_SOURCE)}
+
+    (folder,) = load_settings(EXAMPLE_CONFIG).sources
+    # A default host path that did not exist would make Docker create an empty directory in its place.
+    assert (ROOT / "deploy/graphrag.yaml").is_file() and (ROOT / "data/corpus").is_dir()
+    yours = {**env_example, "GRAPHRAG_HOST_CONFIG": "/home/me/graphrag.yaml", "GRAPHRAG_HOST_SOURCES": "/srv/runbooks"}
+    for name in DAGSTER_SERVICES:
+        config_target = environment(services[name])["GRAPHRAG_CONFIG"]  # where the pipeline reads its config
+        # No variables, and deploy/.env as copied from the example: the example config indexing the sample corpus.
+        for env in ({}, env_example):
+            assert inputs(services[name], env) == {config_target: "./deploy/graphrag.yaml",
+                                                   folder.path: "./data/corpus"}, (name, env)
+        # Your own files, named in deploy/.env only: the same container paths, so the same config keeps working.
+        assert inputs(services[name], yours) == {config_target: "/home/me/graphrag.yaml",
+                                                 folder.path: "/srv/runbooks"}, name
+
+
+def test_the_example_config_indexes_the_mounted_folder_into_the_index_volume(services):
+    settings = load_settings(EXAMPLE_CONFIG)  # the project's own loader and schema, over the packaged defaults
+    (source,) = settings.sources
+    assert source.kind == "folder"
+    workdir = next(arg for op, arg in dockerfile_instructions() if op == "WORKDIR")
+    for name in DAGSTER_SERVICES:
+        targets = {target: source_path for source_path, target, _ in mounts(services[name])}
+        assert source.path in targets, name
+        # The default index_dir is relative to the working directory, which puts it on the graphrag_index volume.
+        index = PurePosixPath(workdir) / settings.index_dir
+        volume_target = next(target for target, volume in targets.items() if volume == "graphrag_index")
+        assert PurePosixPath(volume_target) in index.parents, (name, index)
+
+
+def test_llm_and_confluence_settings_in_the_env_file_reach_the_dagster_containers(services, env_example, monkeypatch):
+    # The variable names the code reads by default: Confluence credentials, the OpenAI key, both servers' URLs.
+    names = {SourceConfig.model_fields["user_env"].default, SourceConfig.model_fields["token_env"].default,
+             LLMConfig.model_fields["api_key_env"].default, "OLLAMA_BASE_URL", "OPENAI_BASE_URL"}
+    assert names <= set(env_example), names - set(env_example)
+    wiki = SourceConfig(name="wiki", kind="confluence", base_url="https://example.atlassian.net/wiki", spaces=["OPS"])
+    yours = {**env_example, "OLLAMA_BASE_URL": "http://gpu-box:11434", "OPENAI_BASE_URL": "https://llm.example.com/v1",
+             "OPENAI_API_KEY": "sk-test", "CONFLUENCE_USER": "me@example.com", "CONFLUENCE_TOKEN": "token"}
+    for name in DAGSTER_SERVICES:
+        # No variable of the example is overridden by a value written in docker-compose.yml.
+        seen = container_environment(services[name], yours)
+        assert {key: seen[key] for key in yours} == yours, name
+        with ConfluenceClient.from_source(wiki, environ=seen):
+            pass  # the token is there (an empty one raises, below)
+        for key in ("OLLAMA_BASE_URL", "OPENAI_BASE_URL"):
+            monkeypatch.setenv(key, seen[key])
+        assert resolve_base_url("ollama", None) == "http://gpu-box:11434"
+        assert resolve_base_url("openai", None) == "https://llm.example.com"
+
+        # Left empty, as in the example: the `llm` profile's Ollama on the compose network, OpenAI's public API.
+        seen = container_environment(services[name], env_example)
+        for key in ("OLLAMA_BASE_URL", "OPENAI_BASE_URL"):
+            monkeypatch.setenv(key, seen[key])
+        assert resolve_base_url("ollama", None) == "http://ollama:11434"
+        assert resolve_base_url("openai", None) == DEFAULT_OPENAI_BASE_URL
+        with pytest.raises(ConfluenceError, match="CONFLUENCE_TOKEN"):
+            ConfluenceClient.from_source(wiki, environ=seen)
