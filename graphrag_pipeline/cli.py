@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Sequence
 
+from graphrag_pipeline.lib.progress import TerminalProgressBar
 from graphrag_pipeline.query.models import MODES
 
 
@@ -14,13 +16,24 @@ def _print(payload: Any, as_json: bool, text: str) -> None:
     print(json.dumps(payload, indent=2, default=str) if as_json else text)
 
 
+CONFIG_HELP = "pipeline YAML (default: $GRAPHRAG_CONFIG, else ./graphrag.yaml)"
+INDEX_DIR_HELP = "index directory (overrides the configuration)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="graphrag-pipeline", description=__doc__)
-    parser.add_argument("--config", help="pipeline YAML (default: $GRAPHRAG_CONFIG, else ./graphrag.yaml)")
-    parser.add_argument("--index-dir", help="index directory (overrides the configuration)")
+    parser.add_argument("--config", help=CONFIG_HELP)
+    parser.add_argument("--index-dir", help=INDEX_DIR_HELP)
+    # The same flags after the subcommand. Their SUPPRESS default leaves the value given before the subcommand in
+    # place when they are absent; given in both places, the later one (after the subcommand) wins, as a repeated
+    # flag does anywhere else on a command line.
+    config_flag = argparse.ArgumentParser(add_help=False)
+    config_flag.add_argument("--config", default=argparse.SUPPRESS, help=CONFIG_HELP)
+    index_dir_flag = argparse.ArgumentParser(add_help=False)
+    index_dir_flag.add_argument("--index-dir", default=argparse.SUPPRESS, help=INDEX_DIR_HELP)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    query = commands.add_parser("query", help="ask a question")
+    query = commands.add_parser("query", parents=[config_flag, index_dir_flag], help="ask a question")
     query.add_argument("question")
     query.add_argument("--mode", choices=MODES, default="hybrid")
     query.add_argument("--top-k", type=int, default=None)
@@ -30,26 +43,45 @@ def _parser() -> argparse.ArgumentParser:
                        help="an access group of the caller (repeatable); without any, only unrestricted documents")
     query.add_argument("--json", action="store_true")
 
-    graph = commands.add_parser("graph", help="explore the graph")
+    graph = commands.add_parser("graph", parents=[config_flag, index_dir_flag], help="explore the graph")
     graph.add_argument("what", choices=("stats", "entities", "relationships"))
     graph.add_argument("--offset", type=int, default=0)
     graph.add_argument("--limit", type=int, default=20)
     graph.add_argument("--order-by", choices=("mention_count", "name"), default="mention_count")
-    graph.add_argument("--json", action="store_true")
+    graph.add_argument("--json", action="store_true", help="JSON instead of a table")
 
-    build = commands.add_parser("build", help="run all eight stages in this process, without Dagster")
-    build.add_argument("--json", action="store_true")
+    build = commands.add_parser("build", parents=[config_flag, index_dir_flag],
+                                help="run all eight stages in this process, without Dagster")
+    build.add_argument("--json", action="store_true", help="JSON report, and no progress bar")
 
-    evaluate = commands.add_parser("eval", help="build an index for an eval-set folder and score retrieval")
+    # eval builds its own index (in --work-dir or a temporary folder), so it takes no --index-dir.
+    evaluate = commands.add_parser("eval", parents=[config_flag],
+                                   help="build an index for an eval-set folder and score retrieval")
     evaluate.add_argument("set_dir")
     evaluate.add_argument("--use-extraction", action="store_true", help="use the set's extraction.jsonl")
     evaluate.add_argument("--work-dir", help="keep the index here instead of a temporary folder")
-    evaluate.add_argument("--json", action="store_true")
+    evaluate.add_argument("--json", action="store_true", help="JSON report, and no progress bar")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # output that fit in the buffer meets a closed pipe here, not at interpreter exit
+    except BrokenPipeError:
+        # The reader stopped early (`| head -3`): its choice, not an error worth a traceback. Python flushes stdout
+        # once more at exit and would fail the same way, so stdout now goes to devnull. 141 = 128 + SIGPIPE, the
+        # status a shell reports for any tool the pipe closed on.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "eval" and args.index_dir:
+        parser.error("eval builds its own index: use --work-dir to keep it, not --index-dir")
     try:
         return _run(args)
     except (FileNotFoundError, ValueError) as error:
@@ -57,13 +89,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def _progress_bar(args: argparse.Namespace) -> TerminalProgressBar | None:
+    """The build's progress for a person at a terminal: never with --json (a script reads the output) and drawn
+    only when stderr is a terminal (the bar checks)."""
+    return None if args.json else TerminalProgressBar(sys.stderr)
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.command == "eval":
         from graphrag_pipeline.evaluation import evaluate, format_table
         from graphrag_pipeline.lib.config import load_settings
 
-        report = evaluate(args.set_dir, work_dir=args.work_dir, use_extraction=args.use_extraction,
-                          base_settings=load_settings(args.config))
+        bar = _progress_bar(args)
+        try:
+            report = evaluate(args.set_dir, work_dir=args.work_dir, use_extraction=args.use_extraction,
+                              base_settings=load_settings(args.config),
+                              progress_listeners=[bar] if bar is not None else [])
+        finally:
+            if bar is not None:
+                bar.close()
         _print(report, args.json, format_table(report) if not args.json else "")
         return 0
     if args.command == "build":
@@ -81,12 +125,15 @@ def _run(args: argparse.Namespace) -> int:
 
             if args.what == "stats":
                 payload = explore.graph_stats(index.graph)
+                text = _format_stats(payload)
             elif args.what == "entities":
                 payload = explore.list_entities(index.graph, offset=args.offset, limit=args.limit,
                                                 order_by=args.order_by)
+                text = _format_page(payload, "entities", ("name", "type", "mention_count", "documents", "description"))
             else:
                 payload = explore.list_relationships(index.graph, offset=args.offset, limit=args.limit)
-            _print(payload, args.json, json.dumps(payload, indent=2))
+                text = _format_page(payload, "relationships", ("subject", "predicate", "object", "weight", "documents"))
+            _print(payload, args.json, text)
     return 0
 
 
@@ -96,14 +143,57 @@ def _build(args: argparse.Namespace) -> int:
     from graphrag_pipeline.lib.workspace import Workspace
 
     overrides = {"index_dir": args.index_dir} if args.index_dir else {}
-    workspace = Workspace(load_settings(args.config, **overrides))
+    bar = _progress_bar(args)
+    workspace = Workspace(load_settings(args.config, **overrides), progress_listeners=[bar] if bar is not None else [])
     try:
         reports = build_everything(workspace)
     finally:
         workspace.close()
+        if bar is not None:
+            bar.close()
     payload = [{"stage": r.stage, "seconds": r.total_seconds, **r.counts} for r in reports]
     _print(payload, args.json, "\n".join(f"{r.stage:<20} {r.total_seconds:>8.1f}s  {r.counts}" for r in reports))
     return 0
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Columns padded to their widest cell; numeric columns right-aligned so counts line up by their last digit."""
+    numeric = [all(isinstance(row[i], (int, float)) for row in rows) for i in range(len(header))]
+    cells = [list(header)] + [[_cell(value) for value in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.rjust(width) if right else cell.ljust(width)
+                  for cell, width, right in zip(row, widths, numeric)).rstrip()
+        for row in cells
+    )
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    text = " ".join(str(value).split())  # a description's line breaks would break the row
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def _format_stats(stats: dict[str, Any]) -> str:
+    totals = [("entities", stats["entities"]), ("relationships", stats["relationships"]),
+              ("chunks with mentions", stats["chunks_with_mentions"])]
+    return "\n\n".join([
+        _table(("in the graph", "count"), totals),
+        _table(("entity type", "count"), list(stats["top_entity_types"].items())),
+        _table(("relationship type", "count"), list(stats["relationship_types"].items())),
+    ])
+
+
+def _format_page(page: dict[str, Any], key: str, columns: Sequence[str]) -> str:
+    rows = page[key]
+    if not rows:
+        return f"no {key} at offset {page['offset']}"
+    header = [column.replace("_", " ") for column in columns]
+    text = _table(header, [[row[column] for column in columns] for row in rows])
+    if len(rows) == page["limit"]:  # a full page: there may be more
+        text += f"\n(next page: --offset {page['offset'] + page['limit']})"
+    return text
 
 
 def _format_response(response) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from graphrag_pipeline.lib.config import PipelineSettings, load_settings
+from graphrag_pipeline.lib.progress import ProgressListener
 from graphrag_pipeline.lib.stages import build_everything
 from graphrag_pipeline.lib.workspace import Workspace
 
@@ -108,7 +109,9 @@ def evaluate(
     use_extraction: bool = False,
     modes: Sequence[str] = EVAL_MODES,
     base_settings: PipelineSettings | None = None,
+    progress_listeners: Sequence[ProgressListener] = (),
 ) -> dict[str, Any]:
+    """Build the set's index and score every mode; `progress_listeners` watch the build's long steps."""
     set_dir = Path(set_dir)
     if not (set_dir / "corpus.jsonl").is_file():
         raise FileNotFoundError(f"{set_dir / 'corpus.jsonl'} is missing: not an eval-set folder")
@@ -117,7 +120,7 @@ def evaluate(
     with tempfile.TemporaryDirectory(prefix="graphrag-eval-") as scratch:
         index_dir = Path(work_dir) if work_dir else Path(scratch) / "index"
         settings = eval_settings(set_dir, index_dir, use_extraction, base_settings)
-        workspace = Workspace(settings)
+        workspace = Workspace(settings, progress_listeners=progress_listeners)
         started = time.perf_counter()
         reports = build_everything(workspace)
         build_seconds = time.perf_counter() - started

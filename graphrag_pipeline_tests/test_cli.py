@@ -4,10 +4,12 @@ embedding model loads once for them instead of once per subprocess."""
 
 import json
 import os
+import pty
 import re
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -19,16 +21,56 @@ from .conftest import FIXTURES
 
 QUESTION = "Where was the founder of Acme Robotics born?"
 SCRIPT = Path(sys.executable).with_name("graphrag-pipeline")
-RESULT_KEYS = {"chunk_id", "text", "source", "entity_path", "vector_score", "graph_score", "combined_score",
+CHECKOUT = Path(__file__).resolve().parents[1]
+RESULT_KEYS = {"chunk_id", "text", "doc_id", "source", "entity_path", "vector_score", "graph_score", "combined_score",
                "hops_from_query", "citations"}
+
+
+def cli_env(config: Path | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "GRAPHRAG_CONFIG"}
+    if config is not None:
+        env["GRAPHRAG_CONFIG"] = str(config)
+    return env
 
 
 def run_cli(*args: str, cwd: Path, config: Path | None = None) -> subprocess.CompletedProcess:
     """The installed console script, with $GRAPHRAG_CONFIG set to `config` (or unset) and no ./graphrag.yaml."""
-    env = {k: v for k, v in os.environ.items() if k != "GRAPHRAG_CONFIG"}
-    if config is not None:
-        env["GRAPHRAG_CONFIG"] = str(config)
-    return subprocess.run([str(SCRIPT), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run([str(SCRIPT), *args], cwd=cwd, env=cli_env(config), capture_output=True, text=True,
+                          timeout=600)
+
+
+def run_module(*args: str, cwd: Path, stderr_on_a_terminal: bool) -> tuple[int, str, str]:
+    """`python -m graphrag_pipeline.cli` from this checkout with stderr captured (not a terminal) or on a
+    pseudo-terminal, as a person at a shell has it; returns the exit status, stdout and what stderr received."""
+    command = [sys.executable, "-m", "graphrag_pipeline.cli", *args]
+    env = {**cli_env(), "PYTHONPATH": str(CHECKOUT)}
+    if not stderr_on_a_terminal:
+        completed = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+        return completed.returncode, completed.stdout, completed.stderr
+    leader, follower = pty.openpty()
+    received: list[bytes] = []
+
+    def drain() -> None:  # keeps the terminal's small buffer from filling while the child draws
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # EIO: the child, the last holder of the follower end, has exited
+                return
+            if not data:
+                return
+            received.append(data)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    try:
+        with subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=follower) as process:
+            os.close(follower)
+            stdout, _ = process.communicate(timeout=900)
+        reader.join(timeout=60)
+    finally:
+        os.close(leader)
+    # The terminal turns "\n" into "\r\n" on output; undo that so the text reads as the CLI wrote it.
+    return process.returncode, stdout.decode(), b"".join(received).decode().replace("\r\n", "\n")
 
 
 def write_config(path: Path, index_dir: Path | str, corpus: Path) -> Path:
@@ -60,7 +102,8 @@ def test_query_json_from_the_config_in_the_environment(config, tmp_path):
     response = json.loads(completed.stdout)
     assert response["question"] == QUESTION and response["mode"] == "hybrid"
     assert response["fell_back_to_vector"] is False
-    assert response["results"] and all(RESULT_KEYS <= set(result) for result in response["results"])
+    # Exactly these keys: no keyword_score (always 0 until a keyword signal exists), nothing else lost.
+    assert response["results"] and all(set(result) == RESULT_KEYS for result in response["results"])
     assert {r["doc_id"] for r in response["results"]} >= {"t:acme-robotics.md", "t:mirela-vantongeren.md"}
     for result in response["results"]:
         assert result["citations"][0]["doc_id"] == result["doc_id"]
@@ -153,10 +196,67 @@ def test_graph_relationships_name_both_ends(config, tmp_path):
 
 
 @pytest.mark.slow
-def test_index_dir_flag_overrides_the_configured_index(multihop_settings, tmp_path):
+def test_graph_tables_without_json_align_their_columns(config, capsys):
+    assert cli.main(["--config", str(config), "graph", "stats"]) == 0
+    stats_text = capsys.readouterr().out
+    stats = run_main(capsys, "--config", str(config), "graph", "stats", "--json")
+    totals, types, relationship_types = (block.splitlines() for block in stats_text.split("\n\n"))
+    assert totals[1:] == [f"{'entities':<20}  {stats['entities']:>5}", f"{'relationships':<20}  "
+                          f"{stats['relationships']:>5}", f"chunks with mentions  {stats['chunks_with_mentions']:>5}"]
+    assert [line.split() for line in types] == [["entity", "type", "count"]] + [
+        [name, str(count)] for name, count in stats["top_entity_types"].items()]
+    assert len(relationship_types) == len(stats["relationship_types"]) + 1
+
+    assert cli.main(["--config", str(config), "graph", "entities", "--limit", "4"]) == 0
+    header, *rows, more = capsys.readouterr().out.splitlines()
+    entities = run_main(capsys, "--config", str(config), "graph", "entities", "--limit", "4", "--json")["entities"]
+    assert header.split() == ["name", "type", "mention", "count", "documents", "description"]
+    assert more == "(next page: --offset 4)"
+    type_at, count_ends = header.index("type"), header.index("mention count") + len("mention count")
+    for row, entity in zip(rows, entities, strict=True):
+        assert row.startswith(entity["name"]) and row[type_at:].startswith(entity["type"] + " ")
+        assert row[:count_ends].endswith(f" {entity['mention_count']}")  # counts right-aligned under their header
+
+    assert cli.main(["--config", str(config), "graph", "relationships", "--limit", "1000"]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()  # a short page: no next-page hint
+    relationships = run_main(capsys, "--config", str(config), "graph", "relationships", "--limit", "1000",
+                             "--json")["relationships"]
+    assert header.split() == ["subject", "predicate", "object", "weight", "documents"]
+    predicate_at, object_at = header.index("predicate"), header.index("object")
+    for row, relationship in zip(rows, relationships, strict=True):
+        assert row.startswith(relationship["subject"])
+        assert row[predicate_at:].startswith(relationship["predicate"] + " ")
+        assert row[object_at:].startswith(relationship["object"] + " ")
+
+    assert cli.main(["--config", str(config), "graph", "entities", "--offset", "900"]) == 0
+    assert capsys.readouterr().out == "no entities at offset 900\n"
+
+
+@pytest.mark.slow
+def test_a_reader_that_stops_early_ends_the_command_quietly(config, tmp_path):
+    # The pipe's reading end is closed before the CLI starts, so its first write meets a closed pipe, as `| head -3`
+    # does to a longer output, without depending on when a reader would go away.
+    # Buffered stdout, as a user's shell has it (PYTHONUNBUFFERED would make the first print fail instead): the
+    # whole output then meets the closed pipe only when Python flushes it.
+    env = {k: v for k, v in cli_env(config).items() if k != "PYTHONUNBUFFERED"}
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        completed = subprocess.run([str(SCRIPT), "graph", "entities", "--limit", "500"], cwd=tmp_path, env=env,
+                                   stdout=writer, stderr=subprocess.PIPE, text=True, timeout=600)
+    finally:
+        os.close(writer)
+    assert completed.returncode == 141  # 128 + SIGPIPE, like any tool a closed pipe stops
+    assert completed.stderr == ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flag_at", [0, 3], ids=["before the subcommand", "after the subcommand"])
+def test_index_dir_flag_overrides_the_configured_index(multihop_settings, tmp_path, flag_at):
     config = write_config(tmp_path / "graphrag.yaml", tmp_path / "not-built", FIXTURES / "multihop")
-    completed = run_cli("--index-dir", multihop_settings.index_dir, "graph", "stats", "--json", cwd=tmp_path,
-                        config=config)
+    args = ["graph", "stats", "--json"]
+    args[flag_at:flag_at] = ["--index-dir", str(multihop_settings.index_dir)]
+    completed = run_cli(*args, cwd=tmp_path, config=config)
     assert completed.returncode == 0, completed.stderr
     assert json.loads(completed.stdout)["entities"] > 0
 
@@ -170,6 +270,32 @@ def test_a_missing_index_exits_2_and_says_so(tmp_path):
     assert completed.stdout == ""
     assert f"no index at {missing}" in completed.stderr and "materialize" in completed.stderr
     assert not missing.exists()
+
+
+@pytest.mark.parametrize("args, used", [
+    (["--index-dir", "{a}", "query", QUESTION, "--index-dir", "{b}"], "{b}"),  # both places: the later one wins
+    (["query", QUESTION, "--index-dir", "{b}", "--json"], "{b}"),
+    (["--index-dir", "{a}", "graph", "stats"], "{a}"),  # not repeated after the subcommand: the earlier one stands
+    (["graph", "entities", "--config", "{config}"], "{configured}"),
+])
+def test_config_and_index_dir_are_read_before_and_after_the_subcommand(tmp_path, capsys, monkeypatch, args, used):
+    # Every index named here is missing on purpose: the error says which directory the command looked in.
+    monkeypatch.delenv("GRAPHRAG_CONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    places = {"a": tmp_path / "a", "b": tmp_path / "b", "configured": tmp_path / "configured",
+              "config": write_config(tmp_path / "graphrag.yaml", tmp_path / "configured", tmp_path / "corpus")}
+    assert cli.main([arg.format(**places) for arg in args]) == 2
+    assert f"no index at {used.format(**places)}" in capsys.readouterr().err
+
+
+def test_eval_refuses_index_dir_because_it_builds_its_own_index(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--index-dir", str(tmp_path), "eval", str(tmp_path)])
+    assert exit_.value.code == 2
+    assert "eval builds its own index: use --work-dir to keep it, not --index-dir" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["eval", str(tmp_path), "--index-dir", str(tmp_path)])
+    assert "unrecognized arguments: --index-dir" in capsys.readouterr().err
 
 
 def test_an_invalid_mode_is_an_argparse_error(tmp_path):
@@ -196,8 +322,9 @@ def test_build_indexes_a_small_corpus_into_the_given_index_dir(tmp_path):
     config = write_config(tmp_path / "graphrag.yaml", tmp_path / "configured-index", corpus)
     index_dir = tmp_path / "flag-index"
 
-    completed = run_cli("--index-dir", str(index_dir), "build", "--json", cwd=tmp_path, config=config)
+    completed = run_cli("build", "--index-dir", str(index_dir), "--json", cwd=tmp_path, config=config)
     assert completed.returncode == 0, completed.stderr
+    assert "\r" not in completed.stderr  # no progress bar: --json, and stderr is not a terminal
     reports = json.loads(completed.stdout)
     assert [r["stage"] for r in reports] == ["raw_documents", "chunks", "embeddings", "extracted_elements",
                                              "element_summaries", "graph", "communities", "community_summaries"]
@@ -209,3 +336,47 @@ def test_build_indexes_a_small_corpus_into_the_given_index_dir(tmp_path):
 
     stats = run_cli("--index-dir", str(index_dir), "graph", "stats", "--json", cwd=tmp_path, config=config)
     assert json.loads(stats.stdout)["entities"] == stages["graph"]["entities"]
+
+
+def small_corpus(tmp_path: Path) -> Path:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in ("acme-robotics.md", "zentrix-labs.md"):
+        shutil.copy(FIXTURES / "multihop" / name, corpus / name)
+    return write_config(tmp_path / "graphrag.yaml", tmp_path / "index", corpus)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stderr_on_a_terminal, json_flag, bar", [
+    (True, False, True),
+    (True, True, False),  # a script reads the output: no bar even at a terminal
+    (False, False, False),  # a log or a pipe gets no carriage returns
+])
+def test_build_draws_a_progress_bar_only_at_a_terminal_without_json(tmp_path, stderr_on_a_terminal, json_flag, bar):
+    config = small_corpus(tmp_path)
+    status, stdout, stderr = run_module("--config", str(config), "build", *(["--json"] if json_flag else []),
+                                        cwd=tmp_path, stderr_on_a_terminal=stderr_on_a_terminal)
+    assert status == 0, stderr
+    assert stdout.startswith("[" if json_flag else "raw_documents ")
+    if not bar:
+        assert "\r" not in stderr and "[---" not in stderr
+        return
+    # One line per step that had work, each ended once its last item is done; the redraws before it on that line.
+    finished = [line.rsplit("\r", 1)[-1] for line in stderr.split("\n") if line.startswith("\r")]
+    assert finished and all(re.search(r"\[#+\] (\d+)/\1 [\d,.]+/s done in \d+s$", line) for line in finished)
+    steps = [line.split(" [")[0] for line in finished]
+    assert steps[0] == "raw_documents: read sources" and "embeddings: embed chunks" in steps
+    assert "embeddings: embed chunks [------------------------] 0/" in stderr  # its first draw, before any item
+
+
+@pytest.mark.slow
+def test_eval_draws_the_build_progress_at_a_terminal(tmp_path):
+    set_dir = tmp_path / "tiny-set"
+    shutil.copytree(FIXTURES / "eval_set", set_dir)
+    (set_dir / "questions.jsonl").write_text(json.dumps(
+        {"id": "q1", "question": "Which psychologist developed person-centered therapy?",
+         "gold_ids": ["musique-0001"], "type": "1hop"}) + "\n")
+    status, stdout, stderr = run_module("eval", str(set_dir), cwd=tmp_path, stderr_on_a_terminal=True)
+    assert status == 0, stderr
+    assert "recall@5" in stdout
+    assert re.search(r"\rembeddings: embed chunks \[#+\] (\d+)/\1 .* done in \d+s\n", stderr)

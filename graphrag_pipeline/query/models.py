@@ -26,7 +26,6 @@ class QueryResult:
     entity_path: list[str]  # entity names from a seed entity to the entity that brought this chunk in
     vector_score: float
     graph_score: float
-    keyword_score: float
     combined_score: float
     hops_from_query: int  # hop count of that entity from the seeds (0: a seed itself or a plain vector hit)
     citations: list[Citation] = field(default_factory=list)
