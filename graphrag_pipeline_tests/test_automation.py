@@ -248,3 +248,40 @@ def test_a_source_is_scanned_again_only_after_its_poll_interval(config):
     an_hour_ago = {**json.loads(cursor), "scanned_at": json.loads(cursor)["scanned_at"] - 3600}
     result, _ = sensor_tick(config, json.dumps(an_hour_ago))
     assert list(requested(result)) == [shard_of(ALONE)]
+
+
+@pytest.fixture
+def instance():
+    from dagster import instance_for_test
+
+    with instance_for_test() as test_instance:
+        yield test_instance
+
+
+def test_daily_corpus_refresh_requests_the_chain_only_when_it_lags_the_shards(instance):
+    from dagster import AssetMaterialization
+
+    from graphrag_pipeline.defs.ingest.automation import CORPUS_WIDE_ASSETS, daily_corpus_refresh
+
+
+    def tick():
+        with build_schedule_context(instance=instance, scheduled_execution_time=TICK_TIME) as context:
+            return daily_corpus_refresh(context)
+
+    def materialized(*names: str) -> None:
+        for name in names:
+            instance.report_runless_asset_event(AssetMaterialization(name, partition="shard-000")
+                                                if name == "extracted_elements" else AssetMaterialization(name))
+
+    assert isinstance(tick(), SkipReason)  # nothing built yet
+    materialized("extracted_elements", *CORPUS_WIDE_ASSETS)
+    assert isinstance(tick(), SkipReason)  # level
+
+    materialized("extracted_elements")  # a shard run landed, and its corpus-wide run never happened
+    request = tick()
+    assert isinstance(request, RunRequest)
+    assert request.tags["graphrag/behind"] == "element_summaries"
+    assert request.run_key == "corpus:2025-03-14"
+
+    materialized(*CORPUS_WIDE_ASSETS[:2])  # the chain stopped after the graph (communities failed)
+    assert tick().tags["graphrag/behind"] == "communities"

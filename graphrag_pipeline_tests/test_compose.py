@@ -264,7 +264,8 @@ def test_the_dockerfile_builds_the_image_compose_expects(services):
     assert f"torch=={args['TORCH_VERSION']}" in pins
     runs = [arg for op, arg in instructions if op == "RUN"]
     torch_step = next(i for i, run in enumerate(runs) if "--index-url" in run)
-    project_step = next(i for i, run in enumerate(runs) if re.search(r"pip install \.(\s|$)", run))
+    # In place (-e): load_from_defs_folder finds the project by the pyproject.toml beside the package.
+    project_step = next(i for i, run in enumerate(runs) if re.search(r"pip install -e \.(\s|$)", run))
     assert torch_step < project_step
     assert '"torch==${TORCH_VERSION}"' in runs[torch_step] and "${TORCH_INDEX_URL}" in runs[torch_step]
 

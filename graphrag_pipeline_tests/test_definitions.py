@@ -1,3 +1,9 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from dagster import AssetKey, BackfillPolicy
 
 from graphrag_pipeline.defs.partitions import shard_key
@@ -13,6 +19,7 @@ PER_DOCUMENT = ["raw_documents", "chunks", "embeddings", "extracted_elements"]
 CORPUS_WIDE = ["element_summaries", "graph", "communities", "community_summaries"]
 LINEAGE = PER_DOCUMENT + CORPUS_WIDE
 SHARD_KEYS = [shard_key(i) for i in range(64)]
+REPO = Path(__file__).resolve().parents[1]
 SPECS = {spec.key.to_user_string(): spec for spec in defs.resolve_all_asset_specs()}
 
 
@@ -103,3 +110,25 @@ def test_graphrag_resource_is_bound_to_the_embedded_tier():
     # Every asset asks for this one resource (plus Dagster's default io_manager), so swapping backends is one binding.
     for name in LINEAGE:
         assert defs.resolve_assets_def(name).required_resource_keys - {"io_manager"} == {"graphrag"}
+
+
+def _dg(*args: str) -> subprocess.CompletedProcess:
+    """The `dg` CLI of this environment, on this checkout's project (its [tool.dg] section)."""
+    env = {**os.environ, "VIRTUAL_ENV": sys.prefix}  # dg otherwise warns that no virtual environment is active
+    return subprocess.run([str(Path(sys.executable).parent / "dg"), *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_dg_check_defs_passes():
+    result = _dg("check", "defs")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "All definitions loaded successfully" in result.stdout + result.stderr
+
+
+def test_dg_list_defs_lists_the_project():
+    result = _dg("list", "defs", "--json")
+    assert result.returncode == 0, result.stderr
+    listed = json.loads(result.stdout)
+    assert {a["asset_key"] for a in listed["assets"]} == set(LINEAGE)
+    assert len(listed["asset_checks"]) == 8
+    assert {s["name"] for s in listed["sensors"]} >= {"folder_source_sensor", "graphrag_automation_sensor"}

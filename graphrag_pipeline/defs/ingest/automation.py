@@ -206,5 +206,5 @@ def corpus_assets_behind(latest: dict[str, int | None]) -> list[str]:
 
 
 def _latest_storage_id(instance, name: str) -> int | None:
-    event = instance.get_latest_materialization_event(AssetKey(name))
-    return event.storage_id if event is not None else None
+    records = instance.fetch_materializations(AssetKey(name), limit=1, ascending=False).records
+    return records[0].storage_id if records else None
