@@ -1,8 +1,10 @@
-"""The Confluence source against a real local HTTP server speaking the REST API subset (no mocks)."""
+"""The Confluence source against a real local HTTP server speaking the REST APIs (no mocks): Cloud over v2, with v1
+only for CQL and read restrictions; Data Center over v1."""
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 from pydantic import ValidationError
@@ -25,10 +27,12 @@ HANDBOOK_BODY = (
     "<ac:plain-text-body><![CDATA[make deploy && echo <done>]]></ac:plain-text-body></ac:structured-macro>"
     "<ul><li>Laptop</li><li>Badge</li></ul>"
 )
+RESTRICTION = re.compile(r"/rest/api/content/(\d+)/restriction/byOperation/read")
 
 
 def wiki(server: ConfluenceServer, spaces: tuple[str, ...] = ("ENG", "OPS"), **overrides) -> SourceConfig:
-    return SourceConfig(name="wiki", kind="confluence", base_url=server.base_url, spaces=spaces, **overrides)
+    settings = {"flavor": server.flavor, **overrides}
+    return SourceConfig(name="wiki", kind="confluence", base_url=server.base_url, spaces=spaces, **settings)
 
 
 @pytest.fixture
@@ -38,12 +42,29 @@ def cloud_env(monkeypatch, confluence_server):  # noqa: F811 (the fixture is imp
     return confluence_server
 
 
+@pytest.fixture
+def datacenter_env(monkeypatch):
+    monkeypatch.delenv("CONFLUENCE_USER", raising=False)  # a personal access token, sent as Bearer
+    with ConfluenceServer(context="/confluence", flavor="datacenter", token="pat-123") as server:
+        monkeypatch.setenv("CONFLUENCE_TOKEN", server.token)
+        yield server
+
+
+@pytest.fixture(params=["cloud", "datacenter"])
+def wiki_env(request):
+    return request.getfixturevalue(f"{request.param}_env")
+
+
 def by_title(scan) -> dict:
     return {document.title: document for document in scan.documents}
 
 
-def test_pages_of_two_spaces_are_read_across_pagination(cloud_env):
-    server = cloud_env
+def bodies_fetched(server: ConfluenceServer) -> set[str]:
+    return {page for r in server.requests if "body.storage" in r.expand for page in r.result_ids}
+
+
+def test_pages_of_two_spaces_are_read_across_pagination(wiki_env):
+    server = wiki_env
     root = server.add_page("ENG", "Handbook", "<p>The handbook.</p>")
     child = server.add_page("ENG", "Onboarding", HANDBOOK_BODY, parent=root, labels=("onboarding", "hr"))
     for index in range(5):
@@ -60,7 +81,10 @@ def test_pages_of_two_spaces_are_read_across_pagination(cloud_env):
     onboarding = documents["Onboarding"]
     assert onboarding.doc_id == f"wiki:{child}"
     assert onboarding.source == "wiki"
-    assert onboarding.uri == f"{server.base_url}/spaces/ENG/pages/{child}/Onboarding"
+    assert onboarding.uri == (
+        f"{server.base_url}/spaces/ENG/pages/{child}/Onboarding" if server.flavor == "cloud"
+        else f"{server.base_url}/pages/viewpage.action?pageId={child}"
+    )
     assert onboarding.text.startswith("# Onboarding\n\nWelcome to the payments team.")
     assert "make deploy && echo <done>" in onboarding.text  # the code macro's CDATA survives, its parameter does not
     assert "bash" not in onboarding.text
@@ -79,20 +103,79 @@ def test_pages_of_two_spaces_are_read_across_pagination(cloud_env):
     assert documents["Runbook"].metadata["space_key"] == "OPS"
     assert documents["Runbook"].metadata["labels"] == ["ops"]
     assert documents["Handbook"].metadata["ancestors"] == []
-
-    # The server caps pages at 3 results: ENG's 7 pages take 3 requests, following _links.next.
-    listings = [r for r in server.requests if r.path == "/rest/api/content"]
-    eng = [r for r in listings if r.params["spaceKey"] == "ENG"]
-    assert [r.params.get("start") for r in eng] == ["0", "3", "6"]
-    assert all(r.auth_scheme == "basic" and r.status == 200 for r in server.requests)
-    assert all("body.storage" in r.expand and "restrictions.read.restrictions.group" in r.expand for r in listings)
+    assert {(r.auth_scheme, r.status) for r in server.requests} == {
+        ("basic" if server.flavor == "cloud" else "bearer", 200)
+    }
     # The cheap scan agrees with the read's hashes, so a sensor cursor and the seen-sources baseline compare directly.
     assert scan_hashes(wiki(server)) == scan.hashes
     assert set(scan.hashes) == {document.doc_id for document in scan.documents}
 
 
-def test_pagination_by_start_and_size_without_next_links(cloud_env):
+def test_cloud_reads_pages_labels_and_ancestors_over_v2_and_only_restrictions_over_v1(cloud_env):
     server = cloud_env
+    root = server.add_page("ENG", "Handbook")
+    child = server.add_page("ENG", "Onboarding", parent=root, labels=("a", "b", "c", "d"))
+    notes = [server.add_page("ENG", f"Note {index}") for index in range(5)]
+    runbook = server.add_page("OPS", "Runbook")
+    pages = {root, child, *notes, runbook}
+
+    scan = read_confluence(wiki(server))
+
+    assert by_title(scan)["Onboarding"].metadata["labels"] == ["a", "b", "c", "d"]  # two pages of labels
+    assert all(r.status == 200 for r in server.requests)
+    assert [r.params["keys"] for r in server.requests if r.path == "/api/v2/spaces"] == ["ENG", "OPS"]
+    # The server caps pages at 3 results: ENG's 7 pages take 3 requests, following the cursor in _links.next.
+    eng = [r for r in server.requests if r.path == f"/api/v2/spaces/{server.space_ids['ENG']}/pages"]
+    assert ["cursor" in r.params for r in eng] == [False, True, True]
+    assert all(r.params["body-format"] == "storage" and r.params["status"] == "current" for r in eng)
+    assert bodies_fetched(server) == pages
+    assert len([r for r in server.requests if r.path == f"/api/v2/pages/{child}/labels"]) == 2
+    assert {r.path for r in server.requests if r.path.endswith("/ancestors")} == {
+        f"/api/v2/pages/{page}/ancestors" for page in pages
+    }
+    v1 = [r for r in server.requests if r.api == "v1"]
+    assert {RESTRICTION.fullmatch(r.path).group(1) for r in v1} == pages  # v1 only for restrictions, once a page
+    assert len(v1) == len(pages)
+    assert all(r.expand == {"restrictions.user", "restrictions.group"} for r in v1)
+    assert {r.api for r in server.requests} == {"v1", "v2"}
+
+
+def test_data_center_reads_everything_over_v1(datacenter_env):
+    server = datacenter_env
+    parent = server.add_page("DOC", "Guides", groups=("staff",))
+    page = server.add_page("DOC", "Install", "<p>Run the installer.</p>", parent=parent, users=("jdoe",))
+    for index in range(5):
+        server.add_page("DOC", f"Note {index}")
+
+    scan = read_source(wiki(server, spaces=("DOC",)))
+
+    install = by_title(scan)["Install"]
+    assert install.uri == f"{server.base_url}/pages/viewpage.action?pageId={page}"
+    assert install.metadata["access_restrictions"] == [["staff"], ["user:jdoe"]]
+    assert {(r.api, r.auth_scheme) for r in server.requests} == {("v1", "bearer")}
+    listings = [r for r in server.requests if r.path == "/rest/api/content"]
+    assert [r.params["start"] for r in listings] == ["0", "3", "6"]
+    assert all("body.storage" in r.expand and "ancestors.restrictions.read.restrictions.group" in r.expand
+               for r in listings)
+    assert {r.path for r in server.requests} == {"/rest/api/content"}  # labels, ancestors, restrictions expanded
+
+
+def test_v2_pagination_follows_the_link_header_without_next_links(cloud_env):
+    server = cloud_env
+    server.omit_next_links = True
+    for index in range(7):
+        server.add_page("ENG", f"Page {index}")
+
+    scan = read_confluence(wiki(server, spaces=("ENG",)))
+
+    assert sorted(d.title for d in scan.documents) == [f"Page {index}" for index in range(7)]
+    listings = [r for r in server.requests if r.path.endswith("/pages")]
+    assert ["cursor" in r.params for r in listings] == [False, True, True]
+    assert len({r.params.get("cursor") for r in listings}) == 3  # each cursor taken from the previous Link header
+
+
+def test_v1_pagination_by_start_and_size_without_next_links(datacenter_env):
+    server = datacenter_env
     server.omit_next_links = True
     for index in range(6):
         server.add_page("ENG", f"Page {index}")
@@ -103,8 +186,8 @@ def test_pagination_by_start_and_size_without_next_links(cloud_env):
     assert [r.params["start"] for r in server.requests] == ["0", "3", "6"]  # the last, empty page ends it
 
 
-def test_restrictions_become_access_groups(cloud_env):
-    server = cloud_env
+def test_restrictions_become_access_groups(wiki_env):
+    server = wiki_env
     server.add_page("ENG", "Public")
     server.add_page("ENG", "Secret", groups=("eng", "admins"), users=("557058:abc",))
     parent = server.add_page("ENG", "Team space", groups=("eng",))
@@ -127,8 +210,46 @@ def test_restrictions_become_access_groups(cloud_env):
     assert default["Public"].metadata["access_groups"] == []  # empty: readable by everyone
 
 
-def test_edits_and_restriction_changes_change_the_content_hash(cloud_env):
+def test_cloud_folders_give_their_title_and_restriction_to_the_pages_inside(cloud_env):
     server = cloud_env
+    folder = server.add_folder("ENG", "Team folder", groups=("eng",))
+    guide = server.add_page("ENG", "Guide", parent=folder)
+    step = server.add_page("ENG", "Step", parent=guide, groups=("eng", "ops"))
+
+    documents = by_title(read_confluence(wiki(server, spaces=("ENG",))))
+
+    assert sorted(documents) == ["Guide", "Step"]  # a folder is not a page
+    assert documents["Step"].metadata["ancestors"] == ["Team folder", "Guide"]
+    assert documents["Step"].metadata["ancestor_ids"] == [folder, guide]
+    assert documents["Step"].metadata["access_restrictions"] == [["eng"], ["eng", "ops"]]
+    assert documents["Guide"].metadata["access_groups"] == ["eng"]
+    asked = [r.path for r in server.requests]
+    assert asked.count(f"/api/v2/folders/{folder}") == 1  # the listing has no folder titles; asked once per read
+    assert asked.count(f"/rest/api/content/{folder}/restriction/byOperation/read") == 1
+    assert f"/rest/api/content/{step}/restriction/byOperation/read" in asked
+
+
+def test_cloud_ancestors_beyond_the_limit_are_asked_from_the_highest_one(cloud_env):
+    server = cloud_env
+    top = server.add_page("ENG", "Top", groups=("eng",))
+    upper = server.add_page("ENG", "Upper", parent=top)
+    lower = server.add_page("ENG", "Lower", parent=upper)
+    leaf = server.add_page("ENG", "Leaf", parent=lower)
+
+    documents = by_title(read_confluence(wiki(server, spaces=("ENG",), page_limit=2)))
+
+    assert documents["Leaf"].metadata["ancestor_ids"] == [top, upper, lower]
+    assert documents["Leaf"].metadata["ancestors"] == ["Top", "Upper", "Lower"]
+    assert documents["Leaf"].metadata["access_groups"] == ["eng"]  # the restriction sits above the first answer
+    # An answer as long as the limit (2) goes on from its highest ancestor: Lower's [Top, Upper] asks Top's (none),
+    # Leaf's [Upper, Lower] asks Upper's ([Top]).
+    asked = [r.path for r in server.requests if r.path.endswith("/ancestors")]
+    assert asked == [f"/api/v2/pages/{page}/ancestors" for page in (top, upper, lower, top, leaf, upper)]
+    assert all(r.params["limit"] == "2" for r in server.requests if r.path.endswith("/ancestors"))
+
+
+def test_edits_and_restriction_changes_change_the_content_hash(wiki_env):
+    server = wiki_env
     edited = server.add_page("ENG", "Edited")
     restricted = server.add_page("ENG", "Restricted")
     parent = server.add_page("ENG", "Parent")
@@ -153,8 +274,8 @@ def test_edits_and_restriction_changes_change_the_content_hash(cloud_env):
     assert {d for d in scan_before if scan_before[d] != scan_after[d]} == {f"wiki:{edited}"}
 
 
-def test_scan_hashes_sees_deletions_without_fetching_bodies(cloud_env):
-    server = cloud_env
+def test_scan_hashes_sees_deletions_without_fetching_bodies(wiki_env):
+    server = wiki_env
     pages = [server.add_page("ENG", f"Page {index}") for index in range(5)]
     server.add_page("OPS", "Other")
     source = wiki(server)
@@ -167,12 +288,18 @@ def test_scan_hashes_sees_deletions_without_fetching_bodies(cloud_env):
 
     assert set(before) - set(after) == {f"wiki:{pages[1]}"}
     assert {d for d in after if after[d] != before[d]} == {f"wiki:{pages[2]}"}
-    assert server.requests and all(r.expand == {"version"} for r in server.requests)
+    assert server.requests and bodies_fetched(server) == set()
+    if server.flavor == "cloud":  # the space ids, then the space listings: ids and versions, nothing per page
+        assert {r.path for r in server.requests} == {"/api/v2/spaces", *(
+            f"/api/v2/spaces/{server.space_ids[key]}/pages" for key in ("ENG", "OPS"))}
+    else:
+        assert {r.path for r in server.requests} == {"/rest/api/content"}
+        assert all(r.expand == {"version"} for r in server.requests)
     assert after == read_confluence(source).hashes
 
 
-def test_incremental_read_fetches_only_pages_modified_since(cloud_env):
-    server = cloud_env
+def test_incremental_read_fetches_only_pages_modified_since(wiki_env):
+    server = wiki_env
     since = T0 + dt.timedelta(days=10)
     old = server.add_page("ENG", "Old", when=since - dt.timedelta(days=5))
     recent = server.add_page("ENG", "Just before", when=since - dt.timedelta(hours=6))
@@ -191,20 +318,31 @@ def test_incremental_read_fetches_only_pages_modified_since(cloud_env):
     searches = [r for r in server.requests if r.path == "/rest/api/content/search"]
     cql_from = (since - dt.timedelta(days=1)).strftime("%Y/%m/%d %H:%M")
     assert searches[0].params["cql"] == f'space="ENG" and type=page and lastmodified >= "{cql_from}"'
-    assert "body.storage" in searches[0].expand
     served = {page for r in searches for page in r.result_ids}
     assert old not in served and edited in served  # the server filtered by CQL ...
     assert recent in served  # ... from a day earlier (time zones); the exact cut is the client's
     assert len([r for r in searches if "cursor" in r.params]) >= 1  # Cloud-style cursor pagination was followed
+    if server.flavor == "cloud":
+        # CQL only finds the pages (versions, no bodies); their bodies come from v2, by id, after the exact cut.
+        assert all(r.expand == {"version"} for r in searches)
+        by_id = [r for r in server.requests if r.path == "/api/v2/pages"]
+        assert sorted(by_id[0].params["id"].split(",")) == sorted([*fresh, edited])
+        assert ["cursor" in r.params for r in by_id] == [False, True]  # 4 pages, 3 an answer
+        assert bodies_fetched(server) == {*fresh, edited}
+        assert {r.path for r in server.requests if r.api == "v1"} - {"/rest/api/content/search"} == {
+            f"/rest/api/content/{page}/restriction/byOperation/read" for page in [*fresh, edited]
+        }
+    else:
+        assert all("body.storage" in r.expand for r in searches)
 
     with ConfluenceClient.from_source(source) as client:
         titles = [page["title"] for page in client.pages_modified_since("OPS", since - dt.timedelta(days=3))]
     assert titles == ["Ops old"]
 
 
-def test_incremental_read_asks_for_ancestor_restrictions_left_out_of_the_answer(cloud_env):
-    server = cloud_env
-    server.expand_ancestor_restrictions = False
+def test_incremental_read_asks_for_the_restrictions_of_unmodified_ancestors(wiki_env):
+    server = wiki_env
+    server.expand_ancestor_restrictions = False  # Data Center: a server ignoring the nested expansion
     since = T0 + dt.timedelta(days=10)
     parent = server.add_page("ENG", "Team", groups=("eng",), when=since - dt.timedelta(days=20))
     server.add_page("ENG", "Child", parent=parent, when=since + dt.timedelta(hours=1))
@@ -212,19 +350,40 @@ def test_incremental_read_asks_for_ancestor_restrictions_left_out_of_the_answer(
     scan = read_confluence(wiki(server, spaces=("ENG",)), since=since)
 
     assert [d.metadata["access_groups"] for d in scan.documents] == [["eng"]]
-    assert any(r.path == f"/rest/api/content/{parent}" for r in server.requests)
+    assert [d.metadata["ancestors"] for d in scan.documents] == [["Team"]]  # the title from the cheap listing
+    asked = f"/rest/api/content/{parent}" + ("/restriction/byOperation/read" if server.flavor == "cloud" else "")
+    assert any(r.path == asked for r in server.requests)
 
 
-def test_data_center_bearer_token(monkeypatch):
-    monkeypatch.delenv("CONFLUENCE_USER", raising=False)
-    monkeypatch.setenv("DC_PAT", "pat-123")
-    with ConfluenceServer(context="/confluence", flavor="datacenter", token="pat-123") as server:
-        page = server.add_page("DOC", "Install", "<p>Run the installer.</p>", users=("jdoe",))
-        source = wiki(server, spaces=("DOC",), flavor="datacenter", token_env="DC_PAT")
-        scan = read_source(source)
-        assert [d.uri for d in scan.documents] == [f"{server.base_url}/pages/viewpage.action?pageId={page}"]
-        assert scan.documents[0].metadata["access_groups"] == ["user:jdoe"]
-        assert {r.auth_scheme for r in server.requests} == {"bearer"}
+def test_cloud_documents_over_v2_equal_those_read_over_v1(cloud_env):
+    """Moving a Cloud source from v1 to v2 keeps every id, URL, metadata field and hash: nothing re-ingests."""
+    server = cloud_env
+    server.v1_content_endpoints = True  # a Cloud site from before Atlassian removed them
+    root = server.add_page("ENG", "Handbook", HANDBOOK_BODY, labels=("hr",), groups=("staff",))
+    child = server.add_page("ENG", "Onboarding", parent=root, labels=("b", "a"), users=("557058:abc",))
+    server.add_page("ENG", "Deeper", parent=child, groups=("staff", "eng"))
+    server.add_page("OPS", "Runbook", when=T0 + dt.timedelta(days=2))
+
+    def documents(scan) -> list:
+        return sorted((d.doc_id, d.uri, d.title, d.text, d.metadata, d.content_hash) for d in scan.documents)
+
+    over_v1 = read_confluence(wiki(server, flavor="datacenter"))
+    assert {r.api for r in server.requests} == {"v1"} and len(over_v1.documents) == 4
+    server.clear_log()
+    over_v2 = read_confluence(wiki(server))
+    assert not any(r.path in ("/rest/api/content", "/rest/api/space/ENG") for r in server.requests)
+
+    assert documents(over_v2) == documents(over_v1)
+    assert over_v2.hashes == over_v1.hashes
+    assert scan_hashes(wiki(server)) == scan_hashes(wiki(server, flavor="datacenter"))
+
+
+def test_cloud_fixture_refuses_v1_content_listing(cloud_env):
+    """A regression to v1 listing on Cloud fails, as it would against Atlassian."""
+    server = cloud_env
+    server.add_page("ENG", "Page")
+    with pytest.raises(ConfluenceError, match=r"space 'ENG': GET .*/rest/api/content was rejected with HTTP 410"):
+        read_confluence(wiki(server, flavor="datacenter"))
 
 
 def test_wrong_token_is_a_clear_error(cloud_env, monkeypatch):
@@ -251,8 +410,8 @@ def test_missing_token_variable_is_a_clear_error(confluence_server, monkeypatch)
     assert confluence_server.requests == []
 
 
-def test_rate_limits_and_server_errors_are_retried(cloud_env):
-    server = cloud_env
+def test_rate_limits_and_server_errors_are_retried(wiki_env):
+    server = wiki_env
     server.add_page("ENG", "Page")
     source = wiki(server, spaces=("ENG",))
     server.fail_next(429, times=2, retry_after="0")
@@ -261,12 +420,28 @@ def test_rate_limits_and_server_errors_are_retried(cloud_env):
         scan = read_confluence(source, client=client)
     assert [d.title for d in scan.documents] == ["Page"]
     assert [r.status for r in server.requests][:3] == [429, 429, 200]
+    assert len({r.path for r in server.requests[:3]}) == 1  # the same request, retried
     assert waits == [0.0, 0.0]  # Retry-After honoured
 
     server.fail_next(503, times=3, retry_after=None)
     with ConfluenceClient.from_source(source, sleep=waits.append) as client:
         with pytest.raises(ConfluenceError, match=r"space 'ENG'.*failed after 3 attempts: HTTP 503"):
             read_confluence(source, client=client)
+
+
+def test_cloud_per_page_requests_are_retried_too(cloud_env):
+    server = cloud_env
+    page = server.add_page("ENG", "Page", labels=("kept",), groups=("eng",))
+    waits: list[float] = []
+    with ConfluenceClient.from_source(wiki(server, spaces=("ENG",)), sleep=waits.append) as client:
+        server.fail_next(502, retry_after=None)
+        labels = client.page_labels(page, "ENG")  # v2
+        server.fail_next(429)
+        restriction = client.read_restriction(page, "ENG")  # v1
+    assert [label["name"] for label in labels] == ["kept"]
+    assert restriction["restrictions"]["group"]["results"] == [{"type": "group", "name": "eng"}]
+    assert [(r.api, r.status) for r in server.requests] == [("v2", 502), ("v2", 200), ("v1", 429), ("v1", 200)]
+    assert len(waits) == 2
 
 
 def test_other_http_errors_name_the_space(cloud_env):
@@ -280,23 +455,26 @@ def test_other_http_errors_name_the_space(cloud_env):
         read_confluence(wiki(server))
 
 
-def test_missing_space_is_an_error_and_an_empty_space_is_not(cloud_env):
-    server = cloud_env
+def test_missing_space_is_an_error_and_an_empty_space_is_not(wiki_env):
+    server = wiki_env
     server.add_page("ENG", "Page")
     server.add_space("EMPTY")
     assert [d.title for d in read_confluence(wiki(server, spaces=("ENG", "EMPTY"))).documents] == ["Page"]
     with pytest.raises(ConfluenceError, match=r"space 'NOPE': the space does not exist"):
         scan_hashes(wiki(server, spaces=("ENG", "NOPE")))
+    with pytest.raises(ConfluenceError, match=r"space 'NOPE': the space does not exist"):
+        read_confluence(wiki(server, spaces=("NOPE",)))
 
 
-def test_malformed_page_is_quarantined_and_the_others_are_read(cloud_env):
-    server = cloud_env
+def test_malformed_page_is_quarantined_and_the_others_are_read(wiki_env):
+    server = wiki_env
+    modified = "createdAt" if server.flavor == "cloud" else "when"  # v2 and v1 name the version's time apart
     good = server.add_page("ENG", "Good")
     bad = server.add_page("ENG", "Bad")
     undated = server.add_page("ENG", "Undated")
     server.add_page("ENG", "Also good")
     server.corrupt(bad, body={"storage": {"value": 42}})
-    server.corrupt(undated, version={"when": "yesterday"})
+    server.corrupt(undated, version={modified: "yesterday"})
 
     scan = read_confluence(wiki(server, spaces=("ENG",)))
 
@@ -306,9 +484,27 @@ def test_malformed_page_is_quarantined_and_the_others_are_read(cloud_env):
     assert problems[f"wiki:{bad}"].stage == STAGE
     assert "body.storage.value" in problems[f"wiki:{bad}"].reason
     assert '"title": "Bad"' in problems[f"wiki:{bad}"].raw
-    assert "version.when" in problems[f"wiki:{undated}"].reason
+    assert f"version.{modified}" in problems[f"wiki:{undated}"].reason
     # quarantined pages stay in the hashes: a page that fails to parse is not a deleted page
     assert f"wiki:{bad}" in scan.hashes and f"wiki:{good}" in scan.hashes
+
+
+def test_cloud_restriction_answer_without_principals_quarantines_instead_of_opening(cloud_env):
+    server = cloud_env
+    parent = server.add_page("ENG", "Parent", groups=("eng",))
+    child = server.add_page("ENG", "Child", parent=parent)
+    alone = server.add_page("ENG", "Alone", groups=("legal",))
+    server.add_page("ENG", "Fine")
+    server.corrupt_restriction(parent, restrictions={"group": None})  # an answer that left the groups out
+    server.corrupt_restriction(alone, restrictions={"user": {"results": "garbled"}})
+
+    scan = read_confluence(wiki(server, spaces=("ENG",)))
+
+    assert [d.title for d in scan.documents] == ["Fine"]
+    reasons = {q.item_id: q.reason for q in scan.quarantined}
+    assert "lacks restrictions.user or restrictions.group" in reasons[f"wiki:{parent}"]
+    assert f"the read restrictions of its ancestor {parent} cannot be read" in reasons[f"wiki:{child}"]
+    assert "restrictions.read.restrictions.user.results is not a list" in reasons[f"wiki:{alone}"]
 
 
 def test_storage_format_to_text():

@@ -1,13 +1,16 @@
-"""The ingest stage reads a Confluence source incrementally: after a full read, only pages modified since are fetched
-in full, unchanged pages stay, deleted ones go, and restrictions arrive as access groups."""
+"""The ingest stage reads a Confluence source incrementally, on Cloud (v2) and Data Center (v1) alike: after a full
+read, only pages modified since are fetched in full, unchanged pages stay, deleted ones go, and restrictions arrive as
+access groups."""
 
 from __future__ import annotations
 
 import datetime as dt
 
+import pytest
+
 from graphrag_pipeline.lib.stages import all_shards, ingest_documents
 from graphrag_pipeline.lib.workspace import Workspace
-from graphrag_pipeline_tests.confluence_server import T0, confluence_server  # noqa: F401
+from graphrag_pipeline_tests.confluence_server import T0, ConfluenceServer
 from graphrag_pipeline.lib.config import load_settings
 
 
@@ -16,10 +19,18 @@ def sync(settings) -> dict[str, int]:
         return ingest_documents(ws, all_shards(ws)).counts
 
 
-def test_incremental_sync_of_a_confluence_space(tmp_path, monkeypatch, confluence_server):  # noqa: F811
-    server = confluence_server
-    monkeypatch.setenv("CONFLUENCE_USER", server.user)
-    monkeypatch.setenv("CONFLUENCE_TOKEN", server.token)
+@pytest.fixture(params=["cloud", "datacenter"])
+def server(request, monkeypatch):
+    with ConfluenceServer(flavor=request.param) as server:
+        if server.flavor == "cloud":
+            monkeypatch.setenv("CONFLUENCE_USER", server.user)
+        else:
+            monkeypatch.delenv("CONFLUENCE_USER", raising=False)  # a personal access token, sent as Bearer
+        monkeypatch.setenv("CONFLUENCE_TOKEN", server.token)
+        yield server
+
+
+def test_incremental_sync_of_a_confluence_space(tmp_path, server):
     server.add_space("OPS")
     # Older than the newest page by more than the one-day margin an incremental query starts with.
     alerts = server.add_page("OPS", "Alert rules", "<p>Page team-payments.</p>", when=T0 - dt.timedelta(days=60))
@@ -27,7 +38,8 @@ def test_incremental_sync_of_a_confluence_space(tmp_path, monkeypatch, confluenc
     retired = server.add_page("OPS", "Old dashboard", "<p>Gone soon.</p>", when=T0 - dt.timedelta(days=30))
     settings = load_settings(
         index_dir=str(tmp_path / "index"), shard_count=4,
-        sources=[{"name": "wiki", "kind": "confluence", "base_url": server.base_url, "spaces": ["OPS"]}],
+        sources=[{"name": "wiki", "kind": "confluence", "base_url": server.base_url, "spaces": ["OPS"],
+                  "flavor": server.flavor}],
     )
 
     first = sync(settings)
@@ -44,6 +56,12 @@ def test_incremental_sync_of_a_confluence_space(tmp_path, monkeypatch, confluenc
     fetched_in_full = {page for request in server.requests if "body.storage" in request.expand
                        for page in request.result_ids}
     assert fetched_in_full == {runbook}  # the unchanged page was listed, not fetched
+    if server.flavor == "cloud":  # v1 only for the CQL search and the restriction of the page read in full
+        assert {r.path for r in server.requests if r.api == "v1"} == {
+            "/rest/api/content/search", f"/rest/api/content/{runbook}/restriction/byOperation/read"}
+        assert {r.api for r in server.requests if "body.storage" in r.expand} == {"v2"}
+    else:
+        assert {r.api for r in server.requests} == {"v1"}
     with Workspace(settings) as ws:
         texts = {d.title: d.text for d in ws.state.documents()}
         assert "ledger-db" in texts["Payments runbook"] and "Alert rules" in texts and "Old dashboard" not in texts
