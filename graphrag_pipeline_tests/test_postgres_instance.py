@@ -27,14 +27,12 @@ from dagster import (
     AssetKey,
     DagsterInstance,
     DagsterRunStatus,
-    Definitions,
     ExecuteInProcessResult,
     RunsFilter,
-    load_defs,
 )
 from sqlalchemy.engine import make_url
 
-import graphrag_pipeline.defs
+from graphrag_pipeline.definitions import definitions_with
 from graphrag_pipeline.defs.partitions import SHARD_COUNT, shard_key
 from graphrag_pipeline.defs.resources import embedded_graphrag
 
@@ -93,10 +91,7 @@ def postgres_run(tmp_path_factory, postgres_server, database):
         env.setenv("DAGSTER_PG_DB", database)
         instance = DagsterInstance.from_config(str(home))
         try:
-            defs = Definitions.merge(
-                load_defs(graphrag_pipeline.defs),
-                Definitions(resources={"graphrag": embedded_graphrag(config_path=str(config))}),
-            )
+            defs = definitions_with(embedded_graphrag(config_path=str(config)))
             result = defs.resolve_job_def("build_index").execute_in_process(
                 instance=instance,
                 tags={"dagster/asset_partition_range_start": ALL_SHARDS[0],
