@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+import yaml
 
 from graphrag_pipeline.lib import checks
 from graphrag_pipeline.lib.models import Quarantined
@@ -146,3 +147,29 @@ def test_a_little_quarantine_passes(index):
         ws.state.quarantine([Quarantined("extraction", "chunk-x", "unusable model output")])
     with Workspace(folder_settings(index, FIXTURES / "multihop", checks={"max_quarantine_share": 1.0})) as ws:
         assert ALL_CHECKS["quarantine_share"](ws).passed
+
+
+def test_a_dagster_run_over_a_damaged_index_fails_the_check_in_the_run(index, tmp_path):
+    """Vectors lost from the published collection while the state still lists them: a re-materialization has nothing
+    to re-embed, so only the check tells — as an ERROR evaluation of the run, with the reason."""
+    from graphrag_pipeline.definitions import definitions_with
+    from graphrag_pipeline.defs.partitions import SHARD_COUNT, shard_key
+    from graphrag_pipeline.defs.resources import embedded_graphrag
+
+    store = EdgeVectorStore(index / "vectors")
+    store.delete(CHUNKS, sorted(store.point_ids(CHUNKS))[:2])
+    store.publish()
+    store.close()
+    config = tmp_path / "graphrag.yaml"
+    config.write_text(yaml.safe_dump({"index_dir": str(index), "shard_count": 4,
+                                      "sources": [{"name": "t", "kind": "folder", "path": str(FIXTURES / "multihop")}]}))
+    job = definitions_with(embedded_graphrag(config_path=str(config))).resolve_job_def("build_index")
+
+    result = job.execute_in_process(tags={"dagster/asset_partition_range_start": shard_key(0),
+                                          "dagster/asset_partition_range_end": shard_key(SHARD_COUNT - 1)})
+
+    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert {name for name, e in evaluations.items() if not e.passed} == {"every_chunk_has_a_published_vector"}
+    failed = evaluations["every_chunk_has_a_published_vector"]
+    assert failed.severity.value == "ERROR"
+    assert "have no vector in the published `chunks` collection" in failed.description
