@@ -128,6 +128,7 @@ class ConfluenceServer:
         self.pages: dict[str, FakePage] = {}  # pages and folders by id
         self.requests: list[LoggedRequest] = []
         self._failures: deque[tuple[int, dict[str, str]]] = deque()
+        self._deleted_after_listing: list[str] = []
         self._next_id = 1000
         self._clock = T0
         self._lock = threading.Lock()
@@ -261,6 +262,12 @@ class ConfluenceServer:
 
     # ------------------------------------------------------------------------------------------------------ serving
 
+    def delete_after_next_listing(self, *page_ids: str) -> None:
+        """Delete pages right after the next v2 page listing is answered: a page deleted while a client reads the
+        space, listed but gone by the time its labels, ancestors or restrictions are asked for."""
+        with self._lock:
+            self._deleted_after_listing.extend(page_ids)
+
     def handle(self, raw_path: str, authorization: str | None) -> tuple[int, dict[str, str], Any]:
         parts = urlsplit(raw_path)
         params = {key: values[0] for key, values in parse_qs(parts.query, keep_blank_values=True).items()}
@@ -271,6 +278,10 @@ class ConfluenceServer:
             logged_path = path[len(self.context):] if path.startswith(self.context) else path
             api = "v1" if logged_path.startswith("/rest/api/") else "v2" if logged_path.startswith("/api/v2/") else ""
             self.requests.append(LoggedRequest(logged_path, params, scheme, status, tuple(ids), api))
+            if self._deleted_after_listing and re.fullmatch(r"/api/v2/spaces/[^/]+/pages", logged_path):
+                for page_id in self._deleted_after_listing:
+                    self.pages.pop(page_id, None)
+                self._deleted_after_listing.clear()
         return status, headers, payload
 
     def _answer(

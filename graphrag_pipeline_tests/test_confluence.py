@@ -298,6 +298,20 @@ def test_scan_hashes_sees_deletions_without_fetching_bodies(wiki_env):
     assert after == read_confluence(source).hashes
 
 
+def test_cloud_page_deleted_during_the_read_is_gone_and_the_rest_is_read(cloud_env):
+    server = cloud_env
+    kept = server.add_page("ENG", "Kept")
+    deleted = server.add_page("ENG", "Deleted mid-read")
+    server.delete_after_next_listing(deleted)  # listed, then 404 for its labels, ancestors and restrictions
+
+    scan = read_confluence(wiki(server, spaces=("ENG",)))
+
+    assert {d.doc_id for d in scan.documents} == {f"wiki:{kept}"}
+    assert set(scan.hashes) == {f"wiki:{kept}"}  # so the index deletes it too, as the next listing would
+    assert not scan.quarantined
+    assert any(r.status == 404 and deleted in r.path for r in server.requests)
+
+
 def test_incremental_read_fetches_only_pages_modified_since(wiki_env):
     server = wiki_env
     since = T0 + dt.timedelta(days=10)

@@ -625,8 +625,21 @@ def _read_cloud_space(
         versions.setdefault(page_id, number)
 
     page_ids = [page_id for page in pages if (page_id := _page_id(page)) is not None]
-    labels = {page_id: client.page_labels(page_id, space) for page_id in page_ids}
-    ancestors = {page_id: client.page_ancestors(page_id, space) for page_id in page_ids}
+    # One request per page for each of these: a page deleted since the listing answers 404 and is then gone, as if
+    # the listing had not named it (the next read would not), instead of failing the read of the whole space.
+    labels, ancestors, gone = {}, {}, set()
+    for page_id in page_ids:
+        try:
+            labels[page_id] = client.page_labels(page_id, space)
+            ancestors[page_id] = client.page_ancestors(page_id, space)
+        except ConfluenceError as error:
+            if error.status != 404:
+                raise
+            gone.add(page_id)
+    if gone:
+        pages = [page for page in pages if _page_id(page) not in gone]
+        page_ids = [page_id for page_id in page_ids if page_id not in gone]
+        versions = {page_id: number for page_id, number in versions.items() if page_id not in gone}
     # Ancestors come without titles: the listing has every page's; others (folders, ...) are asked for. A type
     # this reader does not know keeps an empty title; its restriction is still read below.
     titles = {page_id: page.get("title") for page in [*listing, *pages] if (page_id := _page_id(page)) is not None}
