@@ -10,6 +10,7 @@ timeout, or the test fails with the daemon's log and the runs it launched.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -76,6 +77,22 @@ def project(tmp_path_factory, confluence) -> Path:
         }},
     }))
     return root
+
+
+def test_on_a_fresh_instance_every_sensor_and_schedule_of_the_sync_is_running(project):
+    """What an operator sees before starting anything: `dagster sensor list` / `schedule list` on the shipped
+    dagster.yaml with an empty DAGSTER_HOME."""
+    env = {**os.environ, "DAGSTER_HOME": str(project), "GRAPHRAG_CONFIG": str(project / "graphrag.yaml")}
+    listed = ""
+    for what in ("sensor", "schedule"):
+        result = subprocess.run([sys.executable, "-m", "dagster", what, "list", "-w", str(project / "workspace.yaml")],
+                                cwd=project, env=env, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr
+        listed += result.stdout
+    for name in ("folder_source_sensor", "confluence_source_sensor", "catalog_source_sensor",
+                 "eval_set_source_sensor", "graphrag_automation_sensor", "daily_refresh", "daily_corpus_refresh"):
+        assert re.search(rf"(Sensor|Schedule): {name} \[RUNNING\]", listed), listed
+    assert "STOPPED" not in listed
 
 
 @pytest.fixture(scope="module")
