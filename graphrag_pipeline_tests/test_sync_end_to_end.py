@@ -52,7 +52,9 @@ def make_project(root: Path, names: list[str]) -> Path:
             shutil.copy(path, corpus / path.name)
     config = root / "graphrag.yaml"
     config.write_text(yaml.safe_dump({
-        "index_dir": "index", "shard_count": SHARDS, "sources": [{"name": "rb", "kind": "folder", "path": "corpus"}],
+        "index_dir": "index", "shard_count": SHARDS,
+        # The sensor is evaluated twice in a row here: scan on every tick.
+        "sources": [{"name": "rb", "kind": "folder", "path": "corpus", "poll_interval_seconds": 0}],
     }))
     return config
 
