@@ -161,6 +161,7 @@ class TerminalProgressBar:
         except (AttributeError, OSError, ValueError):
             return 80
 
+
 def _duration(seconds: float) -> str:
     seconds = int(round(seconds))
     if seconds < 60:
