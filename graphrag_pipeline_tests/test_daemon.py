@@ -113,7 +113,20 @@ def daemon(project, confluence) -> Iterator[subprocess.Popen]:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+        _kill_session(process.pid)
         log.close()
+
+
+def _kill_session(session_id: int) -> None:
+    """Whatever the daemon started and left behind in its session (a code server that put itself in a process group
+    of its own outlives the group signal): nothing of this test may outlive it."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getsid(int(entry.name)) == session_id:
+                    os.kill(int(entry.name), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def facts(project: Path) -> set[tuple[str, str, str]]:
