@@ -129,6 +129,7 @@ class ConfluenceServer:
         self.requests: list[LoggedRequest] = []
         self._failures: deque[tuple[int, dict[str, str]]] = deque()
         self._deleted_after_listing: list[str] = []
+        self._missing_paths: list[re.Pattern[str]] = []
         self._next_id = 1000
         self._clock = T0
         self._lock = threading.Lock()
@@ -268,6 +269,11 @@ class ConfluenceServer:
         with self._lock:
             self._deleted_after_listing.extend(page_ids)
 
+    def answer_404(self, path_pattern: str) -> None:
+        """Requests whose path (without the context) matches the pattern answer 404 from now on."""
+        with self._lock:
+            self._missing_paths.append(re.compile(path_pattern))
+
     def handle(self, raw_path: str, authorization: str | None) -> tuple[int, dict[str, str], Any]:
         parts = urlsplit(raw_path)
         params = {key: values[0] for key, values in parse_qs(parts.query, keep_blank_values=True).items()}
@@ -290,6 +296,9 @@ class ConfluenceServer:
         if self._failures:
             status, headers = self._failures.popleft()
             return status, headers, {"statusCode": status, "message": "scripted failure"}, []
+        route = path[len(self.context):]
+        if any(pattern.fullmatch(route) for pattern in self._missing_paths):
+            return _error(404, f"no content at {route}")
         if not self._authorized(authorization):
             return 401, {}, {"statusCode": 401, "message": "This request requires authentication."}, []
         route = path[len(self.context):] if path.startswith(f"{self.context}/") else ""

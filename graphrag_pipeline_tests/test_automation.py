@@ -45,6 +45,14 @@ def config(tmp_path) -> Path:
     return path
 
 
+@pytest.fixture
+def instance():
+    from dagster import instance_for_test
+
+    with instance_for_test() as test_instance:
+        yield test_instance
+
+
 def corpus(config: Path) -> Path:
     return config.parent / "corpus"
 
@@ -74,9 +82,9 @@ def sensor_tick(config: Path, cursor: str | None = None) -> tuple[list[RunReques
         return folder_source_sensor(context), context.cursor
 
 
-def schedule_tick(config: Path) -> list[RunRequest] | SkipReason:
+def schedule_tick(config: Path, instance) -> list[RunRequest] | SkipReason:
     resources = {"graphrag": embedded_graphrag(config_path=str(config))}
-    with build_schedule_context(resources=resources, scheduled_execution_time=TICK_TIME) as context:
+    with build_schedule_context(instance=instance, resources=resources, scheduled_execution_time=TICK_TIME) as context:
         return daily_refresh(context)
 
 
@@ -173,12 +181,12 @@ def test_the_cursor_wins_over_the_index(config):
     assert isinstance(result, SkipReason)
 
 
-def test_daily_schedule_requests_the_shards_that_differ_from_the_index(config):
+def test_daily_schedule_requests_the_shards_that_differ_from_the_index(config, instance):
     index_sources(config)
-    assert isinstance(schedule_tick(config), SkipReason)
+    assert isinstance(schedule_tick(config, instance), SkipReason)
 
     (corpus(config) / ALONE).write_text("# Acme Robotics\n\nAcme Robotics was sold to Boltworks.\n")
-    result = schedule_tick(config)
+    result = schedule_tick(config, instance)
 
     assert list(requested(result)) == [shard_of(ALONE)]
     (request,) = result
@@ -186,8 +194,8 @@ def test_daily_schedule_requests_the_shards_that_differ_from_the_index(config):
     assert request.run_key == f"{shard_of(ALONE)}:{fingerprints(config)[shard_of(ALONE)]}:0"
 
 
-def test_daily_schedule_without_an_index_requests_every_shard(config):
-    result = schedule_tick(config)
+def test_daily_schedule_without_an_index_requests_every_shard(config, instance):
+    result = schedule_tick(config, instance)
     assert set(requested(result)) == {shard_of(name) for name in documents(config)}
     assert all(r.tags["graphrag/trigger"] == "daily-2025-03-14" for r in result)
 
@@ -250,14 +258,6 @@ def test_a_source_is_scanned_again_only_after_its_poll_interval(config):
     assert list(requested(result)) == [shard_of(ALONE)]
 
 
-@pytest.fixture
-def instance():
-    from dagster import instance_for_test
-
-    with instance_for_test() as test_instance:
-        yield test_instance
-
-
 def test_daily_corpus_refresh_requests_the_chain_only_when_it_lags_the_shards(instance):
     from dagster import AssetMaterialization
 
@@ -285,3 +285,79 @@ def test_daily_corpus_refresh_requests_the_chain_only_when_it_lags_the_shards(in
 
     materialized(*CORPUS_WIDE_ASSETS[:2])  # the chain stopped after the graph (communities failed)
     assert tick().tags["graphrag/behind"] == "communities"
+
+
+def test_daily_schedule_reruns_a_shard_whose_run_stopped_after_reading(config, instance):
+    """The run read the shard's documents (so the index lists them and the sources match) but failed before
+    extracting them: comparing sources alone would never run it again."""
+    from dagster import AssetMaterialization
+
+    index_sources(config)
+    stopped, finished = shard_of(ALONE), shard_of(SHARED_SHARD[0])
+    for partition in (stopped, finished):
+        instance.report_runless_asset_event(AssetMaterialization("raw_documents", partition=partition))
+    instance.report_runless_asset_event(AssetMaterialization("extracted_elements", partition=finished))
+
+    result = schedule_tick(config, instance)
+
+    assert list(requested(result)) == [stopped]
+    assert result[0].run_key.startswith(f"unfinished:{stopped}:")
+    assert result[0].tags["graphrag/trigger"] == "daily-2025-03-14"
+
+
+def test_a_source_that_cannot_be_scanned_is_tried_again_after_its_poll_interval(config):
+    _, cursor = sensor_tick(config)
+    settings = yaml.safe_load(config.read_text())
+    settings["sources"][0]["poll_interval_seconds"] = 600
+    config.write_text(yaml.safe_dump(settings))
+    shutil.rmtree(corpus(config))  # the mount went away
+    stale = {**json.loads(cursor), "scanned_at": json.loads(cursor)["scanned_at"] - 600}
+
+    failed, cursor_after = sensor_tick(config, json.dumps(stale))
+
+    assert isinstance(failed, SkipReason)
+    assert "scan of the folder sources failed (next try in 600 s)" in failed.skip_message
+    assert "does not exist" in failed.skip_message
+    # What the last good scan saw is kept, and the next tick waits instead of failing again at once.
+    assert without_scan_time(cursor_after) == without_scan_time(cursor)
+    waiting, _ = sensor_tick(config, cursor_after)
+    assert "next scan of the folder sources in" in waiting.skip_message
+
+
+def test_one_shard_run_brings_the_whole_corpus_wide_chain_in_one_request(instance):
+    """The corpus-wide assets' condition, evaluated as the automation sensor does: shards never materialized (shards
+    without documents) do not block it, the four assets are requested together, and once they have run nothing is
+    requested again."""
+    from dagster import AssetKey, AssetMaterialization, evaluate_automation_conditions
+
+    from graphrag_pipeline.definitions import definitions_with
+    from graphrag_pipeline.defs.ingest.automation import CORPUS_WIDE_ASSETS
+
+    defs = definitions_with(embedded_graphrag())
+    first = evaluate_automation_conditions(defs=defs, instance=instance)
+    assert first.total_requested == 0  # a fresh instance: nothing was updated yet
+
+    instance.report_runless_asset_event(AssetMaterialization("extracted_elements", partition=shard_key(3)))
+    after_shard_run = evaluate_automation_conditions(defs=defs, instance=instance, cursor=first.cursor)
+    assert after_shard_run.total_requested == len(CORPUS_WIDE_ASSETS)
+    assert all(after_shard_run.get_num_requested(AssetKey(name)) == 1 for name in CORPUS_WIDE_ASSETS)
+
+    for name in CORPUS_WIDE_ASSETS:
+        instance.report_runless_asset_event(AssetMaterialization(name))
+    settled = evaluate_automation_conditions(defs=defs, instance=instance, cursor=after_shard_run.cursor)
+    assert settled.total_requested == 0
+
+
+def test_daily_corpus_refresh_skips_the_day_while_a_run_is_in_progress(instance):
+    from dagster import AssetMaterialization, DagsterRunStatus
+    from dagster._core.test_utils import create_run_for_test
+
+    from graphrag_pipeline.defs.ingest.automation import daily_corpus_refresh
+
+    instance.report_runless_asset_event(AssetMaterialization("extracted_elements", partition=shard_key(0)))
+    running = create_run_for_test(instance, job_name="refresh_shards", status=DagsterRunStatus.STARTED)
+
+    with build_schedule_context(instance=instance, scheduled_execution_time=TICK_TIME) as context:
+        result = daily_corpus_refresh(context)
+
+    assert isinstance(result, SkipReason) and running.run_id in result.skip_message

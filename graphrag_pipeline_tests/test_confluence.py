@@ -312,6 +312,19 @@ def test_cloud_page_deleted_during_the_read_is_gone_and_the_rest_is_read(cloud_e
     assert any(r.status == 404 and deleted in r.path for r in server.requests)
 
 
+def test_cloud_pages_below_content_whose_restriction_is_unreadable_are_quarantined(cloud_env):
+    server = cloud_env
+    folder = server.add_folder("ENG", "Team space", groups=("sre",))
+    inside = server.add_page("ENG", "Inside the folder", parent=folder)
+    outside = server.add_page("ENG", "Outside")
+    server.answer_404(rf"/rest/api/content/{folder}/restriction/byOperation/read")
+
+    scan = read_confluence(wiki(server, spaces=("ENG",)))
+
+    assert {d.doc_id for d in scan.documents} == {f"wiki:{outside}"}  # never indexed as readable by everyone
+    assert [(q.item_id, "404" in q.reason) for q in scan.quarantined] == [(f"wiki:{inside}", True)]
+
+
 def test_incremental_read_fetches_only_pages_modified_since(wiki_env):
     server = wiki_env
     since = T0 + dt.timedelta(days=10)

@@ -167,7 +167,8 @@ def test_automation_sees_nothing_to_do_after_a_full_materialization(project, fir
     with build_sensor_context(resources=resources) as context:
         assert isinstance(folder_source_sensor(context), SkipReason)
     tick_time = datetime(2025, 1, 1, 3, tzinfo=timezone.utc)
-    with build_schedule_context(resources=resources, scheduled_execution_time=tick_time) as context:
+    with build_schedule_context(instance=project.instance, resources=resources,
+                                scheduled_execution_time=tick_time) as context:
         assert isinstance(daily_refresh(context), SkipReason)
 
 

@@ -1,8 +1,9 @@
-"""The terminal progress bar, driven with updates into a fake terminal and a clock the test sets (no waiting)."""
+"""Progress listeners — the terminal bar and the run-log lines — driven with updates and a clock the test sets (no
+waiting)."""
 
 import io
 
-from graphrag_pipeline.lib.progress import ProgressUpdate, TerminalProgressBar
+from graphrag_pipeline.lib.progress import EveryFewSeconds, ProgressUpdate, StepProgress, TerminalProgressBar
 
 
 class FakeTerminal(io.StringIO):
@@ -85,3 +86,22 @@ def test_nothing_is_drawn_when_the_stream_is_not_a_terminal():
     drive(bar, clock, (0.0, embed(0, 0.0)), (1.0, embed(200, 4.0)), (2.0, embed(400, 8.0)))
     bar.close()
     assert not bar.enabled and captured.getvalue() == ""
+
+
+def test_run_log_gets_a_steps_first_and_last_line_and_one_per_interval_between():
+    lines: list[str] = []
+    clock = Clock()
+    log = EveryFewSeconds(lines.append, seconds=10, clock=clock)
+    drive(log, clock, (0, embed(0, 0)), (4, embed(100, 4)), (11, embed(250, 11)), (15, embed(300, 15)),
+          (16, embed(400, 16)))
+    assert lines == [
+        "embeddings: embed chunks 0/400 (0 %), 0.0/s, 0s elapsed",
+        "embeddings: embed chunks 250/400 (62 %), 22.7/s, 7s left, 11s elapsed",
+        "embeddings: embed chunks 400/400 (100 %), 25.0/s, 16s elapsed",
+    ]
+
+
+def test_run_log_says_nothing_for_a_step_with_nothing_to_do():
+    lines: list[str] = []
+    StepProgress("graph", "write elements", 0, [EveryFewSeconds(lines.append)])
+    assert lines == []

@@ -104,35 +104,40 @@ def elements_have_provenance(graph: GraphStore) -> CheckOutcome:
 
 
 def communities_cover_graph(state: StateStore, graph: GraphStore) -> CheckOutcome:
-    """Every entity that has a relationship belongs to a community on the finest level (isolated entities have no
+    """Every entity that has a relationship belongs to a community on level 0, the coarsest level, which partitions
+    every connected entity (finer levels split only the communities that were too large; isolated entities have no
     community by design)."""
     connected = {node for a, b, _ in graph.weighted_edges() for node in (a, b)}
     communities = state.community_payloads().values()
-    finest = min((c["level"] for c in communities), default=0)
-    covered = {eid for c in communities if c["level"] == finest for eid in c["entity_ids"]}
+    covered = {eid for c in communities if c["level"] == 0 for eid in c["entity_ids"]}
     uncovered = connected - covered
     metadata = {"connected_entities": len(connected), "covered": len(connected & covered),
                 "uncovered": len(uncovered), "communities": len(communities)}
     if uncovered:
         return CheckOutcome(False, f"{len(uncovered):,} of {len(connected):,} connected entities belong to no "
-                                   f"community on level {finest} (e.g. {_examples(uncovered)}); re-materialize "
+                                   f"community on level 0 (e.g. {_examples(uncovered)}); re-materialize "
                                    f"`communities`", metadata)
     return CheckOutcome(True, f"all {len(connected):,} connected entities belong to a community", metadata)
 
 
 def quarantine_share(state: StateStore, max_share: float) -> CheckOutcome:
-    """Per stage, the share of its items in quarantine stays below `max_share`; the description lists the reasons."""
-    records = state.quarantined()
+    """Per stage, the share of its current items in quarantine stays below `max_share`; the description lists the
+    reasons. Records of items that are gone (a bad file since deleted, a failed chunk of an edited document) are kept
+    for the record but no longer count."""
+    sources, chunks = set(state.seen_source_hashes()), set(state.chunk_ids())
+    documents = {doc_id for doc_id, in state.query("SELECT doc_id FROM documents")}
     by_stage: dict[str, list] = defaultdict(list)
-    for record in records:
-        by_stage[record.stage].append(record)
-    documents, chunks = state.document_count(), state.chunk_count()
-    metadata: dict[str, Any] = {"quarantined": len(records), "max_share": max_share}
+    for record in state.quarantined():
+        # Reading quarantines items of a source (which the source may have dropped since); extraction quarantines
+        # chunks, or whole documents when their records come from a catalog or an eval set's extraction file.
+        items = sources if record.stage != "extraction" else chunks | documents
+        if record.item_id in items:
+            by_stage[record.stage].append(record)
+    metadata: dict[str, Any] = {"quarantined": sum(map(len, by_stage.values())), "max_share": max_share}
     failing, lines = [], []
     for stage, stage_records in sorted(by_stage.items()):
-        # Extraction quarantines chunks; reading quarantines documents that never made it into the index.
-        total = max(chunks, len(stage_records)) if stage == "extraction" else documents + len(stage_records)
-        share = len(stage_records) / total if total else 1.0
+        total = max(len(chunks) if stage == "extraction" else len(sources), len(stage_records))
+        share = len(stage_records) / total
         metadata[f"{stage}_share"] = round(share, 4)
         reasons = Counter(_reason_kind(r.reason) for r in stage_records)
         listed = ", ".join(f"{reason} ×{n}" for reason, n in reasons.most_common(5))

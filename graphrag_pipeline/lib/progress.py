@@ -71,16 +71,21 @@ class StepProgress:
 
 class EveryFewSeconds:
     """A listener that passes on the first and last update of a step and at most one every `seconds` in between:
-    what a log can carry (the event log of a 10-minute embedding step gets ~60 lines, not 4,000)."""
+    what a log can carry (the event log of a 10-minute embedding step gets ~60 lines, not 4,000). A step with
+    nothing to do says nothing."""
 
-    def __init__(self, emit: Callable[[str], None], seconds: float = 10.0):
+    def __init__(self, emit: Callable[[str], None], seconds: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic):
         self._emit = emit
         self._seconds = seconds
+        self._clock = clock  # injectable so tests decide what the interval sees without waiting
         self._last: dict[tuple[str, str], float] = {}
 
     def __call__(self, update: ProgressUpdate) -> None:
+        if update.total == 0:
+            return  # nothing to do in this step (nothing changed): no line
         key = (update.stage, update.step)
-        now = time.monotonic()
+        now = self._clock()
         first = key not in self._last
         if first or update.finished or now - self._last[key] >= self._seconds:
             self._emit(update.message())

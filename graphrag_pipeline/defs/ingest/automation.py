@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Mapping
 
 from dagster import (
     AssetKey,
     AssetSelection,
     AutomationCondition,
     AutomationConditionSensorDefinition,
+    DagsterEventType,
     DagsterRunStatus,
     DefaultScheduleStatus,
     DefaultSensorStatus,
@@ -123,7 +125,14 @@ def source_sensor(kind: str):
         waited = time.time() - float(cursor.get("scanned_at", 0))
         if waited < interval:
             return SkipReason(f"next scan of the {kind} sources in {interval - waited:.0f} s")
-        current = shard_fingerprints(source_hashes(settings, kind), settings.shard_count)
+        try:
+            current = shard_fingerprints(source_hashes(settings, kind), settings.shard_count)
+        except Exception as error:  # noqa: BLE001 (any source failure: a server down, revoked credentials, a bad mount)
+            # Tried again after the poll interval, not on every tick (a down Confluence would otherwise be asked, with
+            # retries and backoff, every 10 s); the cursor keeps what the last good scan saw.
+            context.log.error(f"scan of the {kind} sources failed: {type(error).__name__}: {error}")
+            context.update_cursor(json.dumps({**cursor, "scanned_at": time.time()}))
+            return SkipReason(f"scan of the {kind} sources failed (next try in {interval} s): {error}")
         if "shards" in cursor:
             previous = {int(shard): fp for shard, fp in cursor["shards"].items()}
         else:
@@ -153,15 +162,29 @@ eval_set_source_sensor = source_sensor("eval_set")
 @schedule(job=refresh_shards, cron_schedule="0 3 * * *", default_status=DefaultScheduleStatus.RUNNING)
 def daily_refresh(context: ScheduleEvaluationContext, graphrag: GraphRAGResource):
     """Once a day, compare the sources with what the index holds, whatever the sensor saw: catches changes made while
-    the sensor was off, and retries shards whose last run failed."""
+    the sensor was off; and re-run shards whose last run read their documents but did not get to extract them (a
+    failed embedding or extraction step: the index already lists the new documents, so comparing alone misses it)."""
     settings = graphrag.pipeline.settings()
     current = shard_fingerprints(source_hashes(settings), settings.shard_count)
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    requests = [
-        request.with_replaced_attrs(tags={**request.tags, "graphrag/trigger": f"daily-{day}"})
-        for request in shard_run_requests(current, indexed_fingerprints(graphrag), generation=0)
+    requests = shard_run_requests(current, indexed_fingerprints(graphrag), generation=0)
+    requested = {request.partition_key for request in requests}
+    latest = {name: context.instance.get_latest_storage_id_by_partition(
+        AssetKey(name), DagsterEventType.ASSET_MATERIALIZATION) for name in (PER_DOCUMENT_ASSETS[0], PER_DOCUMENT_ASSETS[-1])}
+    requests += [
+        RunRequest(partition_key=partition, run_key=f"unfinished:{partition}:{read_at}")
+        for partition, read_at in unfinished_shards(latest[PER_DOCUMENT_ASSETS[0]], latest[PER_DOCUMENT_ASSETS[-1]])
+        if partition not in requested
     ]
-    return requests or SkipReason("index matches the sources")
+    tagged = [request.with_replaced_attrs(tags={**request.tags, "graphrag/trigger": f"daily-{day}"})
+              for request in requests]
+    return tagged or SkipReason("index matches the sources, and every shard run got to its last asset")
+
+
+def unfinished_shards(read: Mapping[str, int], finished: Mapping[str, int]) -> list[tuple[str, int]]:
+    """(partition, storage id of its last read) of the shards whose first asset was materialized after their last
+    asset, given each asset's latest materialization storage id per partition."""
+    return sorted((partition, read_at) for partition, read_at in read.items() if read_at > finished.get(partition, -1))
 
 
 graphrag_automation_sensor = AutomationConditionSensorDefinition(
@@ -176,11 +199,12 @@ graphrag_automation_sensor = AutomationConditionSensorDefinition(
 @schedule(job=refresh_corpus, cron_schedule="30 3 * * *", default_status=DefaultScheduleStatus.RUNNING)
 def daily_corpus_refresh(context: ScheduleEvaluationContext):
     """Once a day, after `daily_refresh`: if a corpus-wide asset is older than what it is built from (its run failed,
-    or the daemon was down when the shard runs landed), request the corpus-wide chain. Waits for running work."""
+    or the daemon was down when the shard runs landed), request the corpus-wide chain. Skips the day while a run is in
+    progress: the automation sensor requests the chain after shard runs anyway."""
     instance = context.instance
     busy = instance.get_runs(
-        filters=RunsFilter(statuses=[DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED,
-                                     DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]),
+        filters=RunsFilter(statuses=[DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
+                                     DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]),
         limit=1,
     )
     if busy:
