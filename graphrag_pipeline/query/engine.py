@@ -5,7 +5,7 @@
 2. Seed entities: entities linked in the question (n-gram names, then the entities collection by embedding), with
    0.8 × their link confidence, and the entities mentioned by the best entry chunks, with the chunk's similarity relative
    to the best chunk, cubed (the top chunk's entities seed at 1, a chunk at 80 % of its similarity at 0.5).
-3. Bounded traversal from the seeds (`max_hops`, activation × `hop_decay` per hop, hub suppression in the store).
+3. Bounded traversal from the seeds (`max_hops`, activation × `hop_decay` per hop, hub suppression: `query.traversal`).
 4. Graph score of a chunk = the best, over the reached entities it mentions, of activation × specificity, where
    specificity = 1 / (1 + log10(df)) for an entity mentioned in df chunks (1 for one chunk, 1/2 at ten, 1/3 at a
    hundred: independent of the corpus size, so it means the same in a small and a growing index), × SUBJECT_BONUS
@@ -44,6 +44,7 @@ from graphrag_pipeline.lib.stores.protocols import (
 from graphrag_pipeline.query.access import ReaderAccess
 from graphrag_pipeline.query.linking import NameIndex
 from graphrag_pipeline.query.models import MODES, Citation, QueryResponse, QueryResult
+from graphrag_pipeline.query.traversal import spread_activation
 
 SCORING_POOL = 100  # vector hits fetched to score graph-reached chunks by similarity too
 ENTITY_LINK_MIN_SCORE = 0.6  # cosine below this is not the same entity by another name
@@ -213,8 +214,8 @@ class QueryEngine:
         started = time.perf_counter()
         seeds, origin = self._seed_weights(linked, entry_entities, vector_scores)
         result.seed_via = self._seed_via(origin, entry_entities, linked)
-        hits = self.graph.traverse(
-            seeds, max_hops=max_hops, decay=config.hop_decay, fanout=config.fanout, min_score=MIN_ACTIVATION
+        hits = spread_activation(
+            self.graph, seeds, max_hops=max_hops, decay=config.hop_decay, fanout=config.fanout, min_score=MIN_ACTIVATION
         )
         result.reached = {hit.entity_id: hit for hit in hits}
         timings["traverse"] = _ms(started)

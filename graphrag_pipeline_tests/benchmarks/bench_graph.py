@@ -19,6 +19,7 @@ import numpy as np
 from graphrag_pipeline.lib.ids import entity_id, relationship_id
 from graphrag_pipeline.lib.models import Entity, Relationship
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
+from graphrag_pipeline.query.traversal import spread_activation
 
 BATCH = 10_000
 
@@ -117,7 +118,7 @@ def main() -> None:
             gc.collect()
 
             start = time.perf_counter()
-            store.traverse({entity_ids[0]: 1.0}, max_hops=0)  # the first traversal builds the adjacency
+            spread_activation(store, {entity_ids[0]: 1.0}, max_hops=0)  # the first traversal builds the adjacency
             print(f"{'cold adjacency build':<34} {time.perf_counter() - start:6.2f} s")
 
             position = {eid: i for i, eid in enumerate(entity_ids)}
@@ -133,7 +134,7 @@ def main() -> None:
                 for _ in range(args.queries):
                     seeds = {seed: 1.0 for seed in pick_seeds()}
                     start = time.perf_counter()
-                    hits = store.traverse(seeds, max_hops=2, decay=0.5, fanout=50)
+                    hits = spread_activation(store, seeds, max_hops=2, decay=0.5, fanout=50)
                     latencies.append((time.perf_counter() - start) * 1000)
                     reached.append(len(hits))
                 print(f"{label:<34} {percentiles(latencies)}  (median {int(np.median(reached))} hits)")
@@ -145,7 +146,7 @@ def main() -> None:
 
             latencies = []
             for _ in range(args.queries):
-                hits = store.traverse({entity_ids[i]: 1.0 for i in rng.choice(args.entities, 3)}, max_hops=2)
+                hits = spread_activation(store, {entity_ids[i]: 1.0 for i in rng.choice(args.entities, 3)}, max_hops=2)
                 top = [hit.entity_id for hit in hits[:50]]
                 start = time.perf_counter()
                 store.get_entities(top)
@@ -155,10 +156,10 @@ def main() -> None:
             print(f"{'context fetch for 50 hits':<34} {percentiles(latencies)}")
 
             with EmbeddedGraphStore(path, read_only=True) as reader:
-                reader.traverse({entity_ids[0]: 1.0}, max_hops=2)
+                spread_activation(reader, {entity_ids[0]: 1.0}, max_hops=2)
                 store.upsert_relationships(first_relationship)
                 start = time.perf_counter()
-                reader.traverse({entity_ids[0]: 1.0}, max_hops=2)
+                spread_activation(reader, {entity_ids[0]: 1.0}, max_hops=2)
                 print(f"{'reader rebuild after foreign write':<34} {time.perf_counter() - start:6.2f} s")
         print(f"{'file size':<34} {path.stat().st_size / 2**20:6.1f} MiB")
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.lib.stores.protocols import GraphStore
+from graphrag_pipeline.query.traversal import spread_activation
 from graphrag_pipeline_tests.benchmarks.bench_graph import percentiles, synthetic_entities, synthetic_relationships
 
 
@@ -43,12 +44,12 @@ def run(name: str, store: GraphStore, entities: list, relationships: list, args:
     timed("upsert_entities", entities, store.upsert_entities, args.batch)
     timed("upsert_relationships", relationships, store.upsert_relationships, args.batch)
     timed("re-upsert_relationships", relationships, store.upsert_relationships, args.batch)
-    store.traverse({entity_ids[0]: 1.0}, max_hops=2)  # warm-up (the embedded store builds its adjacency)
+    spread_activation(store, {entity_ids[0]: 1.0}, max_hops=2)  # warm-up (the embedded store builds its adjacency)
     latencies, reached = [], []
     for _ in range(args.queries):
         seeds = {entity_ids[i]: 1.0 for i in rng.choice(len(entity_ids), 3, replace=False)}
         start = time.perf_counter()
-        hits = store.traverse(seeds, max_hops=2, decay=0.5, fanout=50)
+        hits = spread_activation(store, seeds, max_hops=2, decay=0.5, fanout=50)
         latencies.append((time.perf_counter() - start) * 1000)
         reached.append(len(hits))
     label = "2-hop traversal, 3 random seeds"

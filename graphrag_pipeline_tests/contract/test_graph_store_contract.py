@@ -1,21 +1,24 @@
 """The GraphStore contract: every implementation must pass these tests.
 
 To add an implementation, add one entry to ``GRAPH_STORE_FACTORIES``: a callable that takes an empty per-test
-directory and returns a fresh, empty store. Tests below the "embedded only" line exercise the SQLite file itself.
+directory and returns a fresh, empty store. Traversal is the query side's ``spread_activation`` over the store's
+``neighbourhoods``, tested on every store so that all of them prove identical traversal. Tests below the "embedded
+only" line exercise the SQLite file itself.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from graphrag_pipeline.lib.models import Entity, Relationship
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
-from graphrag_pipeline.lib.stores.protocols import GraphStore, TraversalHit
+from graphrag_pipeline.lib.stores.protocols import GraphStore, Neighbourhood, TraversalHit
+from graphrag_pipeline.query.traversal import spread_activation
 from graphrag_pipeline_tests.contract import bolt_server
 
 GRAPH_STORE_FACTORIES: dict[str, Callable[[Path], GraphStore]] = {
@@ -86,7 +89,7 @@ def test_implements_protocol(graph_store: GraphStore) -> None:
 
 
 def test_empty_store(graph_store: GraphStore) -> None:
-    assert graph_store.traverse({"a": 1.0}, max_hops=2) == []
+    assert spread_activation(graph_store, {"a": 1.0}, max_hops=2) == []
     assert graph_store.weighted_edges() == []
     assert graph_store.list_entities() == [] and graph_store.list_relationships() == []
     assert graph_store.get_entities(["a"]) == {} and graph_store.relationships_between(["a"]) == []
@@ -169,7 +172,7 @@ def test_mentions_of_unknown_entities_are_rejected(graph_store: GraphStore) -> N
 def test_delete_entities_cascades(graph_store: GraphStore) -> None:
     build(graph_store, [rel("a", "b"), rel("b", "c"), rel("c", "a")])
     graph_store.set_chunk_mentions({"c1": ["a", "b"], "c2": ["b", "c"]})
-    graph_store.traverse({"a": 1.0}, max_hops=2)
+    spread_activation(graph_store, {"a": 1.0}, max_hops=2)
 
     graph_store.delete_entities(["b"])
 
@@ -177,16 +180,16 @@ def test_delete_entities_cascades(graph_store: GraphStore) -> None:
     assert graph_store.all_relationship_ids() == {"c-RELATED_TO-a"}
     assert graph_store.entities_of_chunks(["c1", "c2"]) == {"c1": ["a"], "c2": ["c"]}
     assert graph_store.chunks_of_entities(["b"]) == {}
-    assert {hit.entity_id for hit in graph_store.traverse({"a": 1.0}, max_hops=2)} == {"a", "c"}
+    assert {hit.entity_id for hit in spread_activation(graph_store, {"a": 1.0}, max_hops=2)} == {"a", "c"}
 
 
 def test_delete_relationships(graph_store: GraphStore) -> None:
     build(graph_store, [rel("a", "b"), rel("b", "c")])
-    graph_store.traverse({"a": 1.0}, max_hops=2)
+    spread_activation(graph_store, {"a": 1.0}, max_hops=2)
     graph_store.delete_relationships(["a-RELATED_TO-b", "never-existed"])
     assert graph_store.all_relationship_ids() == {"b-RELATED_TO-c"}
     assert graph_store.all_entity_ids() == {"a", "b", "c"}
-    assert [hit.entity_id for hit in graph_store.traverse({"a": 1.0}, max_hops=2)] == ["a"]
+    assert [hit.entity_id for hit in spread_activation(graph_store, {"a": 1.0}, max_hops=2)] == ["a"]
 
 
 def test_chunk_mentions_replace_and_delete(graph_store: GraphStore) -> None:
@@ -206,10 +209,135 @@ def test_chunk_mentions_replace_and_delete(graph_store: GraphStore) -> None:
     assert graph_store.all_entity_ids() == {"a", "b", "c"}
 
 
+def neighbourhood_graph(store: GraphStore) -> None:
+    """``a``: a heaviest tie of another type, weight ties broken by neighbour id and by relationship id (a parallel
+    pair to ``b``), an incoming relationship, a self-loop heavier than everything; ``alone`` has no relationships."""
+    build(
+        store,
+        [
+            rel("a", "b", 2.0),
+            rel("a", "b", 2.0, type_="DEPENDS_ON"),
+            rel("c", "a", 2.0),
+            rel("a", "d", 5.0, type_="OWNED_BY"),
+            rel("a", "e", 1.0),
+            rel("a", "a", 9.0),
+            rel("d", "e", 3.0),
+        ],
+        extra_entities=("alone",),
+    )
+
+
+A_EDGES = (
+    ("d", "a-OWNED_BY-d", 5.0),
+    ("b", "a-DEPENDS_ON-b", 2.0),
+    ("b", "a-RELATED_TO-b", 2.0),
+    ("c", "c-RELATED_TO-a", 2.0),
+    ("e", "a-RELATED_TO-e", 1.0),
+)
+
+
+def test_neighbourhoods_order_ties_and_counts(graph_store: GraphStore) -> None:
+    neighbourhood_graph(graph_store)
+
+    hoods = graph_store.neighbourhoods(["a", "ghost", "e", "alone", "a"])
+
+    assert hoods == {
+        "a": Neighbourhood(degree=5, heaviest=5.0, edges=A_EDGES, complete=True),  # the self-loop counts nowhere
+        "e": Neighbourhood(2, 3.0, (("d", "d-RELATED_TO-e", 3.0), ("a", "a-RELATED_TO-e", 1.0)), complete=True),
+        "alone": Neighbourhood(0, 0.0, (), complete=True),
+    }
+    assert graph_store.neighbourhoods([]) == {} and graph_store.neighbourhoods(["ghost"]) == {}
+
+
+def test_neighbourhoods_type_filter_lists_only_those_types(graph_store: GraphStore) -> None:
+    neighbourhood_graph(graph_store)
+
+    related = graph_store.neighbourhoods(["a", "alone"], relationship_types=["RELATED_TO", "NOT_A_TYPE"])
+
+    # Degree and heaviest weight still count every relationship: spreading is scored against all of them.
+    related_edges = tuple(edge for edge in A_EDGES if "RELATED_TO" in edge[1])
+    assert related["a"] == Neighbourhood(5, 5.0, related_edges, complete=True)
+    assert related["alone"] == Neighbourhood(0, 0.0, (), complete=True)
+    for no_types in ([], ["NOT_A_TYPE"]):
+        assert graph_store.neighbourhoods(["a"], relationship_types=no_types) == {
+            "a": Neighbourhood(5, 5.0, (), complete=True)
+        }
+
+
+def test_neighbourhoods_limit_and_complete_flag(graph_store: GraphStore) -> None:
+    neighbourhood_graph(graph_store)
+
+    def listed(limit: int, types: list[str] | None = None) -> tuple[tuple[tuple[str, str, float], ...], bool]:
+        hood = graph_store.neighbourhoods(["a"], relationship_types=types, limit=limit)["a"]
+        assert (hood.degree, hood.heaviest) == (5, 5.0)
+        return hood.edges, hood.complete
+
+    assert listed(2) == (A_EDGES[:2], False)
+    assert listed(4) == (A_EDGES[:4], False)
+    assert listed(5) == (A_EDGES, True)
+    assert listed(50) == (A_EDGES, True)
+    assert listed(0) == ((), False)
+    related_edges = tuple(edge for edge in A_EDGES if "RELATED_TO" in edge[1])
+    assert listed(2, ["RELATED_TO"]) == (related_edges[:2], False)
+    assert listed(3, ["RELATED_TO"]) == (related_edges, True)
+    assert graph_store.neighbourhoods(["alone"], limit=0)["alone"].complete
+    with pytest.raises(ValueError):
+        graph_store.neighbourhoods(["a"], limit=-1)
+
+
+def test_neighbourhoods_see_later_writes(graph_store: GraphStore) -> None:
+    build(graph_store, [rel("a", "b")])
+    assert graph_store.neighbourhoods(["a"])["a"].edges == (("b", "a-RELATED_TO-b", 1.0),)
+
+    build(graph_store, [rel("c", "a", 3.0)])
+    graph_store.delete_relationships(["a-RELATED_TO-b"])
+
+    assert graph_store.neighbourhoods(["a"]) == {"a": Neighbourhood(1, 3.0, (("c", "c-RELATED_TO-a", 3.0),), True)}
+
+
+class CountingGraph:
+    """A store whose ``neighbourhoods`` calls are recorded as (entity ids, limit)."""
+
+    def __init__(self, store: GraphStore) -> None:
+        self.store = store
+        self.calls: list[tuple[list[str], int | None]] = []
+
+    def neighbourhoods(
+        self, entity_ids: Iterable[str], relationship_types: Sequence[str] | None = None, limit: int | None = None
+    ) -> dict[str, Neighbourhood]:
+        listed = list(entity_ids)
+        self.calls.append((listed, limit))
+        return self.store.neighbourhoods(listed, relationship_types, limit)
+
+
+def test_traversal_reads_one_neighbourhood_list_per_hop(graph_store: GraphStore) -> None:
+    build(graph_store, [rel("a", "b"), rel("b", "c"), rel("a", "x"), rel("c", "d")])
+    counting = CountingGraph(graph_store)
+
+    hits = spread_activation(counting, {"a": 1.0, "ghost": 1.0}, max_hops=3, fanout=5)  # type: ignore[arg-type]
+
+    assert [hit.entity_id for hit in hits][:3] == ["a", "b", "x"] and by_id(hits)["d"].hops == 3
+    assert [sorted(ids) for ids, _ in counting.calls] == [["a", "ghost"], ["b", "x"], ["c"]]
+    assert {limit for _, limit in counting.calls} == {2 * 5 + 3 + 1}
+
+
+def test_traversal_refetches_a_neighbourhood_whose_list_ran_out(graph_store: GraphStore) -> None:
+    # Thirty heavy parallel relationships to one neighbour fill any limited list before the second neighbour.
+    parallel = [rel("s", "x", 5.0, type_=f"PARALLEL_{i:02d}") for i in range(30)]
+    build(graph_store, [*parallel, rel("s", "y", 1.0)])
+    counting = CountingGraph(graph_store)
+
+    hits = spread_activation(counting, {"s": 1.0}, max_hops=1, fanout=2)  # type: ignore[arg-type]
+
+    assert [hit.entity_id for hit in hits] == ["s", "x", "y"]
+    assert by_id(hits)["y"].score == pytest.approx(expected_spread(1.0, 0.5, 1.0, 5.0, degree=31))
+    assert len(counting.calls) == 2 and counting.calls[1] == (["s"], None)  # the refetch lists everything
+
+
 def test_traversal_respects_max_hops_and_decays(graph_store: GraphStore) -> None:
     build(graph_store, [rel("a", "b"), rel("b", "c"), rel("c", "d")])
 
-    hits = by_id(graph_store.traverse({"a": 1.0}, max_hops=2, decay=0.5))
+    hits = by_id(spread_activation(graph_store, {"a": 1.0}, max_hops=2, decay=0.5))
 
     assert set(hits) == {"a", "b", "c"}
     assert hits["a"] == TraversalHit("a", 0, 1.0, ("a",), ())
@@ -217,13 +345,13 @@ def test_traversal_respects_max_hops_and_decays(graph_store: GraphStore) -> None
     assert hits["b"].score == pytest.approx(expected_spread(1.0, 0.5, 1.0, 1.0, degree=1))
     assert hits["c"].score == pytest.approx(expected_spread(hits["b"].score, 0.5, 1.0, 1.0, degree=2))
     assert hits["c"].score < hits["b"].score < hits["a"].score
-    assert [hit.entity_id for hit in graph_store.traverse({"a": 1.0}, max_hops=0)] == ["a"]
+    assert [hit.entity_id for hit in spread_activation(graph_store, {"a": 1.0}, max_hops=0)] == ["a"]
 
 
 def test_traversal_keeps_best_path(graph_store: GraphStore) -> None:
     build(graph_store, [rel("s", "x", weight=0.1), rel("s", "y", weight=10.0), rel("y", "x", weight=10.0)])
 
-    hits = by_id(graph_store.traverse({"s": 1.0}, max_hops=2))
+    hits = by_id(spread_activation(graph_store, {"s": 1.0}, max_hops=2))
 
     via_y = expected_spread(expected_spread(1.0, 0.5, 10.0, 10.0, degree=2), 0.5, 10.0, 10.0, degree=2)
     assert via_y > expected_spread(1.0, 0.5, 0.1, 10.0, degree=2)
@@ -232,7 +360,7 @@ def test_traversal_keeps_best_path(graph_store: GraphStore) -> None:
     assert hits["x"].path == ("s", "y", "x")
     assert hits["x"].via_relationships == ("s-RELATED_TO-y", "y-RELATED_TO-x")
 
-    one_hop = by_id(graph_store.traverse({"s": 1.0}, max_hops=1))
+    one_hop = by_id(spread_activation(graph_store, {"s": 1.0}, max_hops=1))
     assert one_hop["x"].path == ("s", "x") and one_hop["x"].hops == 1
 
 
@@ -240,7 +368,7 @@ def test_traversal_suppresses_hubs(graph_store: GraphStore) -> None:
     leaves = [rel("hub", f"leaf{i:02d}") for i in range(49)]
     build(graph_store, [rel("s", "hub"), rel("s", "loner"), rel("loner", "friend"), *leaves])
 
-    hits = by_id(graph_store.traverse({"s": 1.0}, max_hops=2))
+    hits = by_id(spread_activation(graph_store, {"s": 1.0}, max_hops=2))
 
     # Both are one relationship away from the seed; what a hub passes on is damped by its degree.
     assert hits["hub"].score == pytest.approx(hits["loner"].score)
@@ -253,7 +381,7 @@ def test_traversal_suppresses_hubs(graph_store: GraphStore) -> None:
 def test_traversal_fanout_takes_heaviest_neighbours(graph_store: GraphStore) -> None:
     build(graph_store, [rel("s", f"n{i}", weight=float(i)) for i in range(1, 11)])
 
-    hits = graph_store.traverse({"s": 1.0}, max_hops=1, fanout=3)
+    hits = spread_activation(graph_store, {"s": 1.0}, max_hops=1, fanout=3)
 
     assert [hit.entity_id for hit in hits] == ["s", "n10", "n9", "n8"]
 
@@ -269,29 +397,29 @@ def test_traversal_relationship_type_filter(graph_store: GraphStore) -> None:
         ],
     )
 
-    hits = graph_store.traverse({"svc": 1.0}, max_hops=2, relationship_types=["DEPENDS_ON"])
+    hits = spread_activation(graph_store, {"svc": 1.0}, max_hops=2, relationship_types=["DEPENDS_ON"])
 
     assert {hit.entity_id for hit in hits} == {"svc", "db", "cache"}
     for no_types in ([], ["NOT_A_TYPE"]):
-        only_seed = graph_store.traverse({"svc": 1.0}, max_hops=2, relationship_types=no_types)
+        only_seed = spread_activation(graph_store, {"svc": 1.0}, max_hops=2, relationship_types=no_types)
         assert [hit.entity_id for hit in only_seed] == ["svc"]
 
 
 def test_traversal_is_undirected_and_deterministic(graph_store: GraphStore) -> None:
     build(graph_store, [rel(f"p{i}", "s") for i in (3, 1, 2)] + [rel("p1", "q"), rel("q", "p2"), rel("p3", "q")])
 
-    first = graph_store.traverse({"s": 1.0}, max_hops=2)
+    first = spread_activation(graph_store, {"s": 1.0}, max_hops=2)
 
     assert [hit.entity_id for hit in first[:4]] == ["s", "p1", "p2", "p3"]  # equal scores: ties by id
     assert [hit.score for hit in first] == sorted((hit.score for hit in first), reverse=True)
     assert by_id(first)["q"].path == ("s", "p1", "q")
-    assert all(graph_store.traverse({"s": 1.0}, max_hops=2) == first for _ in range(3))
+    assert all(spread_activation(graph_store, {"s": 1.0}, max_hops=2) == first for _ in range(3))
 
 
 def test_traversal_seeds(graph_store: GraphStore) -> None:
     build(graph_store, [rel("a", "b"), rel("b", "c")], extra_entities=("alone",))
 
-    hits = by_id(graph_store.traverse({"a": 1.0, "c": 0.01, "alone": 0.5, "ghost": 1.0}, max_hops=2))
+    hits = by_id(spread_activation(graph_store, {"a": 1.0, "c": 0.01, "alone": 0.5, "ghost": 1.0}, max_hops=2))
 
     assert set(hits) == {"a", "b", "c", "alone"}  # unknown seeds are ignored
     # A weak seed reached with more activation from a strong one takes the better path.
@@ -299,7 +427,7 @@ def test_traversal_seeds(graph_store: GraphStore) -> None:
     assert hits["alone"].score == 0.5 and hits["alone"].hops == 0
     assert hits["b"].path == ("a", "b")
 
-    strong = by_id(graph_store.traverse({"a": 1.0, "c": 0.9}, max_hops=2))
+    strong = by_id(spread_activation(graph_store, {"a": 1.0, "c": 0.9}, max_hops=2))
     assert strong["c"] == TraversalHit("c", 0, 0.9, ("c",), ())  # a seed stronger than any path keeps its own
 
 
@@ -307,10 +435,10 @@ def test_traversal_min_score_drops_weak_reaches_exactly(graph_store: GraphStore)
     leaves = [rel("hub", f"leaf{i:02d}") for i in range(30)]
     build(graph_store, [rel("s", "hub"), rel("s", "loner"), rel("loner", "friend"), rel("x", "y"), *leaves])
     seeds = {"s": 1.0, "x": 0.01}
-    unbounded = graph_store.traverse(seeds, max_hops=3, fanout=10)
+    unbounded = spread_activation(graph_store, seeds, max_hops=3, fanout=10)
     floor = by_id(unbounded)["friend"].score  # leaves (behind the hub) score less than the loner's friend
 
-    bounded = graph_store.traverse(seeds, max_hops=3, fanout=10, min_score=floor)
+    bounded = spread_activation(graph_store, seeds, max_hops=3, fanout=10, min_score=floor)
 
     assert bounded == [hit for hit in unbounded if hit.score >= floor or hit.hops == 0]
     assert {"x", "friend"} <= {hit.entity_id for hit in bounded}  # a weak seed is still a hit
@@ -325,19 +453,19 @@ def test_traversal_min_score_drops_weak_reaches_exactly(graph_store: GraphStore)
 def test_traversal_rejects_bad_parameters(graph_store: GraphStore, kwargs: dict) -> None:
     build(graph_store, [rel("a", "b")])
     with pytest.raises(ValueError):
-        graph_store.traverse({"a": 1.0}, **kwargs)
+        spread_activation(graph_store, {"a": 1.0}, **kwargs)
     with pytest.raises(ValueError):
-        graph_store.traverse({"a": float("nan")}, max_hops=1)
+        spread_activation(graph_store, {"a": float("nan")}, max_hops=1)
 
 
 def test_traversal_sees_later_writes(graph_store: GraphStore) -> None:
     build(graph_store, [rel("a", "b")])
-    assert {hit.entity_id for hit in graph_store.traverse({"a": 1.0}, max_hops=2)} == {"a", "b"}
+    assert {hit.entity_id for hit in spread_activation(graph_store, {"a": 1.0}, max_hops=2)} == {"a", "b"}
 
     build(graph_store, [rel("b", "c", weight=3.0)])
     graph_store.upsert_relationships([rel("a", "b", weight=5.0)])
 
-    hits = by_id(graph_store.traverse({"a": 1.0}, max_hops=2))
+    hits = by_id(spread_activation(graph_store, {"a": 1.0}, max_hops=2))
     assert set(hits) == {"a", "b", "c"}
     assert hits["b"].score == pytest.approx(expected_spread(1.0, 0.5, 5.0, 5.0, degree=1))
 
@@ -408,14 +536,14 @@ def test_weighted_edges_sum_parallel_relationships(graph_store: GraphStore) -> N
 
 def test_concurrent_traversals_and_reads(graph_store: GraphStore) -> None:
     build(graph_store, [rel(f"n{i}", f"n{i + 1}") for i in range(200)])
-    expected = graph_store.traverse({"n0": 1.0}, max_hops=3)
+    expected = spread_activation(graph_store, {"n0": 1.0}, max_hops=3)
     errors: list[BaseException] = []
     results: list[list[TraversalHit]] = []
 
     def reader() -> None:
         try:
             for _ in range(20):
-                results.append(graph_store.traverse({"n0": 1.0}, max_hops=3))
+                results.append(spread_activation(graph_store, {"n0": 1.0}, max_hops=3))
                 assert len(graph_store.get_entities([f"n{i}" for i in range(50)])) == 50
         except BaseException as error:  # surfaced to the main thread below
             errors.append(error)
@@ -456,13 +584,13 @@ def test_embedded_read_only_sees_writer_and_refuses_writes(tmp_path: Path) -> No
     with EmbeddedGraphStore(path) as writer:
         build(writer, [rel("a", "b")])
         with EmbeddedGraphStore(path, read_only=True) as reader:
-            assert {hit.entity_id for hit in reader.traverse({"a": 1.0}, max_hops=2)} == {"a", "b"}
+            assert {hit.entity_id for hit in spread_activation(reader, {"a": 1.0}, max_hops=2)} == {"a", "b"}
 
             build(writer, [rel("b", "c")])
             writer.delete_relationships(["a-RELATED_TO-b"])
             build(writer, [rel("a", "d")])
 
-            assert {hit.entity_id for hit in reader.traverse({"a": 1.0}, max_hops=2)} == {"a", "d"}
+            assert {hit.entity_id for hit in spread_activation(reader, {"a": 1.0}, max_hops=2)} == {"a", "d"}
             assert reader.get_entities(["c"])["c"] == entity("c")
             with pytest.raises(PermissionError):
                 reader.upsert_entities([entity("z")])

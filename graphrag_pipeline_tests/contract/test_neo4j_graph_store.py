@@ -17,6 +17,7 @@ from graphrag_pipeline.lib.config import Ontology
 from graphrag_pipeline.lib.models import Entity, Relationship
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.lib.stores.neo4j_graph import Neo4jGraphStore, checked_identifier
+from graphrag_pipeline.query.traversal import spread_activation
 from graphrag_pipeline_tests.contract import bolt_server
 from graphrag_pipeline_tests.contract.test_graph_store_contract import entity, rel
 
@@ -102,7 +103,8 @@ def test_labels_and_types_come_only_from_the_ontology(open_store) -> None:
     assert store.get_entities(["odd"])["odd"].type == hostile
     assert store.get_relationships(["ada-KNOWS-org"])["ada-KNOWS-org"].type == "KNOWS"
     assert store.stats().relationship_types == {"DEPENDS_ON": 1, "KNOWS": 1, hostile: 1}
-    assert {hit.entity_id for hit in store.traverse({"ada": 1.0}, 1, relationship_types=["KNOWS"])} == {"ada", "org"}
+    hits = spread_activation(store, {"ada": 1.0}, 1, relationship_types=["KNOWS"])
+    assert {hit.entity_id for hit in hits} == {"ada", "org"}
     with pytest.raises(ValueError):
         checked_identifier(hostile)
 
@@ -228,9 +230,14 @@ def test_traversal_equals_the_embedded_store(open_store, tmp_path: Path) -> None
             types = rng.choice([None, ["DEPENDS_ON"], ["OWNED_BY", "RELATED_TO"]])
             cases.append((seeds, rng.choice([1, 2, 3]), rng.choice([1, 3, 10, 50]), types))
         for seeds, hops, fanout, types in cases:
-            expected = embedded.traverse(seeds, hops, fanout=fanout, relationship_types=types)
+            expected = spread_activation(embedded, seeds, hops, fanout=fanout, relationship_types=types)
             assert len(expected) > 1
-            assert store.traverse(seeds, hops, fanout=fanout, relationship_types=types) == expected
+            assert spread_activation(store, seeds, hops, fanout=fanout, relationship_types=types) == expected
+        every_id = [e.entity_id for e in entities] + ["ghost"]
+        for types, limit in [(None, None), (None, 3), (["DEPENDS_ON"], None), (["OWNED_BY", "RELATED_TO"], 2)]:
+            expected_hoods = embedded.neighbourhoods(every_id, types, limit)
+            assert len(expected_hoods) == len(entities)
+            assert store.neighbourhoods(every_id, types, limit) == expected_hoods
         edges, expected_edges = store.weighted_edges(), embedded.weighted_edges()
         assert [edge[:2] for edge in edges] == [edge[:2] for edge in expected_edges]
         assert [edge[2] for edge in edges] == pytest.approx([edge[2] for edge in expected_edges])

@@ -3,10 +3,10 @@
 SQLite in WAL mode lets a Dagster step write while agents in other processes read: readers never block the writer
 and a busy timeout makes concurrent writers queue instead of failing. Every write method is one transaction.
 
-Traversal runs on an immutable in-memory adjacency (compressed sparse rows in numpy arrays) built from the file on
-the first ``traverse``. This store's own writes drop it; writes by *other* connections are detected with
-``PRAGMA data_version`` (which changes only when another connection commits). Either way the next traversal
-rebuilds it from one consistent snapshot of the file.
+Neighbourhoods (what query-side traversal reads, once per hop) come from an immutable in-memory adjacency
+(compressed sparse rows in numpy arrays) built from the file on the first ``neighbourhoods`` call. This store's own
+writes drop it; writes by *other* connections are detected with ``PRAGMA data_version`` (which changes only when
+another connection commits). Either way the next call rebuilds it from one consistent snapshot of the file.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from graphrag_pipeline.lib.models import Entity, Relationship
-from graphrag_pipeline.lib.stores.protocols import GraphStats, TraversalHit, check_page, check_traversal
+from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, check_page
 
 SCHEMA_VERSION = 1
 
@@ -93,20 +93,6 @@ _ORDER_ENTITIES = {
 
 # A reusable encoder skips json.dumps' per-call encoder construction, which dominates bulk writes.
 _encode_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-
-
-def edge_strength(weights: np.ndarray, owner_max: np.ndarray) -> np.ndarray:
-    """A relationship's weight relative to the heaviest relationship of the entity activation spreads from: its
-    strongest tie passes the full (decayed) activation, weaker ties proportionally less. Relative, so an entity
-    whose facts were merged from many documents (large raw weights) does not spread more than a rare one."""
-    return weights / owner_max
-
-
-def hub_damping(degrees: np.ndarray) -> np.ndarray:
-    """``1 + log10(degree)``: the divisor on activation spreading *from* an entity. Ordinary entities (a few
-    relationships) pass on nearly everything; a hub with a thousand relationships passes a quarter, so generic
-    entities ("country", "Kubernetes") do not flood the neighbourhood of every question."""
-    return 1.0 + np.log10(np.maximum(degrees, 1))
 
 
 def _ids_json(ids: Iterable[str]) -> str:
@@ -181,29 +167,29 @@ def _relationship_from_row(row: Sequence[Any]) -> Relationship:
 
 
 class _Adjacency:
-    """Immutable undirected adjacency in compressed sparse rows; entities and relationships are dense integers.
+    """Immutable undirected adjacency in compressed sparse rows, one row of edges per entity.
 
-    Integers follow the sorted string ids, so ordering by integer is ordering by id. Each entity's neighbour list
-    is sorted by weight desc, then neighbour, then relationship. Self-loops are left out: they lead nowhere.
+    Entities and relationships are numbered in sorted id order, so sorting by number is sorting by id: each row is
+    sorted by weight desc, then neighbour, then relationship, the order ``Neighbourhood.edges`` promises.
+    Self-loops are left out: they lead nowhere.
     """
 
     def __init__(self, entity_ids: list[str], relationships: Sequence[tuple[str, str, str, str, float]]) -> None:
         """``entity_ids`` sorted; ``relationships`` as (id, source, target, type, weight) without self-loops."""
-        self.entity_ids = entity_ids
         self.index = {entity_id: position for position, entity_id in enumerate(entity_ids)}
         row_ids, source_ids, target_ids, type_names, weight_values = (
             zip(*relationships) if relationships else ((), (), (), (), ())
         )
         count = len(row_ids)
         by_id = sorted(range(count), key=row_ids.__getitem__)
-        self.relationship_ids: list[str] = list(map(row_ids.__getitem__, by_id))
-        self.type_codes = {name: code for code, name in enumerate(sorted(set(type_names)))}
+        relationship_ids = list(map(row_ids.__getitem__, by_id))
+        self._type_codes = {name: code for code, name in enumerate(sorted(set(type_names)))}
 
         rank = np.empty(count, dtype=np.int64)  # row -> position of its id in sorted order
         rank[np.array(by_id, dtype=np.int64)] = np.arange(count, dtype=np.int64)
         sources = np.fromiter(map(self.index.__getitem__, source_ids), dtype=np.int64, count=count)
         targets = np.fromiter(map(self.index.__getitem__, target_ids), dtype=np.int64, count=count)
-        types = np.fromiter(map(self.type_codes.__getitem__, type_names), dtype=np.int32, count=count)
+        types = np.fromiter(map(self._type_codes.__getitem__, type_names), dtype=np.int32, count=count)
         weights = np.array(weight_values, dtype=np.float64)
 
         owner = np.concatenate([sources, targets])
@@ -211,30 +197,37 @@ class _Adjacency:
         relationship = np.concatenate([rank, rank])
         weight = np.concatenate([weights, weights])
         order = np.lexsort((relationship, neighbour, -weight, owner))
-        self._neighbour = neighbour[order]
-        self._relationship = relationship[order]
+        # Ids as object arrays of the existing strings: a slice converts straight to the ids a Neighbourhood lists.
+        self._neighbour = np.array(entity_ids, dtype=object)[neighbour[order]]
+        self._relationship = np.array(relationship_ids, dtype=object)[relationship[order]]
         self._type = np.concatenate([types, types])[order]
+        self._weight = weight[order]
         degree = np.bincount(owner, minlength=len(entity_ids))
         heaviest = np.zeros(len(entity_ids), dtype=np.float64)
         np.maximum.at(heaviest, owner, weight)
-        self._strength = edge_strength(weight[order], heaviest[owner[order]])
-        # Activation leaving an entity is multiplied by this, so the per-candidate work is two multiplications.
-        self.damping_factor: list[float] = (1.0 / hub_damping(degree)).tolist()
+        self._degree: list[int] = degree.tolist()
+        self._heaviest: list[float] = heaviest.tolist()
         self._start: list[int] = np.concatenate([[0], np.cumsum(degree)]).tolist()
 
-    def edges(self, node: int) -> Iterator[tuple[int, int, int, float]]:
-        """(neighbour, relationship, type code, edge strength), heaviest first, converted lazily for cheap hubs."""
+    def type_codes_of(self, relationship_types: Sequence[str]) -> np.ndarray:
+        """The codes of the named types this graph has (names it lacks match nothing)."""
+        codes = self._type_codes
+        return np.array([codes[name] for name in relationship_types if name in codes], dtype=np.int32)
+
+    def neighbourhood(self, node: int, allowed_types: np.ndarray | None, limit: int | None) -> Neighbourhood:
+        """``node``'s neighbourhood; ``allowed_types`` are type codes (``None``: all types)."""
         low, high = self._start[node], self._start[node + 1]
-        step = 64
-        while low < high:
-            top = min(high, low + step)
-            yield from zip(
-                self._neighbour[low:top].tolist(),
-                self._relationship[low:top].tolist(),
-                self._type[low:top].tolist(),
-                self._strength[low:top].tolist(),
-            )
-            low, step = top, step * 4
+        if allowed_types is None:
+            total = high - low
+            listed: slice | np.ndarray = slice(low, high if limit is None else min(high, low + limit))
+        else:
+            matching = low + np.flatnonzero(np.isin(self._type[low:high], allowed_types))
+            total = len(matching)
+            listed = matching[:limit]
+        edges = tuple(
+            zip(self._neighbour[listed].tolist(), self._relationship[listed].tolist(), self._weight[listed].tolist())
+        )
+        return Neighbourhood(self._degree[node], self._heaviest[node], edges, complete=len(edges) == total)
 
 
 class EmbeddedGraphStore:
@@ -476,7 +469,7 @@ class EmbeddedGraphStore:
         """
         return [(a, b, float(weight)) for a, b, weight in self._query(sql)]
 
-    # -- traversal ------------------------------------------------------------------------------------------------
+    # -- neighbourhoods -------------------------------------------------------------------------------------------
 
     def _current_graph(self) -> _Adjacency:
         """The adjacency, (re)built when missing or when another connection has committed since it was built."""
@@ -494,80 +487,24 @@ class EmbeddedGraphStore:
             self._graph, self._graph_version = _Adjacency(entity_ids, relationships), version
             return self._graph
 
-    def traverse(
+    def neighbourhoods(
         self,
-        seeds: dict[str, float],
-        max_hops: int,
-        decay: float = 0.5,
-        fanout: int = 50,
+        entity_ids: Iterable[str],
         relationship_types: Sequence[str] | None = None,
-        min_score: float = 0.0,
-    ) -> list[TraversalHit]:
-        """Spread activation from ``seeds`` over relationships (in both directions) for at most ``max_hops`` hops.
-
-        Scoring (the query module relies on it):
-
-        * A seed that exists in the graph starts with ``hops=0``, ``score`` = its activation, ``path=(seed,)``; a
-          weakly seeded entity that a strong seed reaches with more activation takes that path's score, hops and
-          path instead (an entity's score is the best of its own seed and every path). Unknown seed ids are ignored.
-        * Reaching neighbour ``n`` from entity ``u`` over a relationship of weight ``w`` gives
-          ``score(u) * decay * (w / max_w(u)) / (1 + log10(degree(u)))``: ``max_w(u)`` is the heaviest weight among
-          ``u``'s relationships and ``degree(u)`` counts all relationships touching ``u`` (any type, self-loops
-          excluded). Decay is the per-hop factor; the relative weight favours ``u``'s strongest ties; the logarithm
-          stops hubs from spreading (an entity with 1,000 relationships passes on a quarter of what a leaf does).
-          Every factor is <= 1, so scores never grow along a path.
-        * Each entity keeps its best score over all paths of at most ``max_hops`` hops, with that path's hop count,
-          entity ids (seed first) and relationship ids. An entity improved at hop h is re-expanded from there.
-        * Expanding ``u`` considers its relationships heaviest first (ties by neighbour id, then relationship id),
-          skips entities already on ``u``'s path and types outside ``relationship_types`` (``None``: all types),
-          and stops after ``fanout`` distinct neighbours.
-        * A neighbour reached with less than ``min_score`` is not recorded or expanded (it still counts towards
-          ``fanout``), so the result is exactly the unbounded one without the non-seed hits below ``min_score``.
-        * Hits are sorted by score desc, then hops, then entity id — deterministic for the same graph.
-        """
-        check_traversal(seeds, max_hops, decay, fanout, min_score)
-
-        # The adjacency is immutable, so the walk itself runs without the lock and traversals proceed in parallel.
+        limit: int | None = None,
+    ) -> dict[str, Neighbourhood]:
+        """Entity id → its ``Neighbourhood`` for the stored entities among ``entity_ids`` (see ``GraphStore``)."""
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be >= 0, got {limit}")
+        # The adjacency is immutable, so reading it needs no lock and traversals proceed in parallel.
         graph = self._current_graph()
-        allowed = None
-        if relationship_types is not None:
-            allowed = {graph.type_codes[name] for name in relationship_types if name in graph.type_codes}
-        seed_nodes = {graph.index[seed]: float(activation) for seed, activation in seeds.items() if seed in graph.index}
-        # node -> (score, hops, path, relationships)
-        best: dict[int, tuple[float, int, tuple[int, ...], tuple[int, ...]]] = {
-            node: (activation, 0, (node,), ()) for node, activation in seed_nodes.items()
+        allowed_types = None if relationship_types is None else graph.type_codes_of(relationship_types)
+        index = graph.index
+        return {
+            entity_id: graph.neighbourhood(index[entity_id], allowed_types, limit)
+            for entity_id in dict.fromkeys(entity_ids)
+            if entity_id in index
         }
-        damping_factor = graph.damping_factor
-        frontier = sorted(best.items(), key=lambda item: (-item[1][0], item[0]))
-        for hop in range(1, max_hops + 1):
-            improved: set[int] = set()
-            for node, (score, _, path, via) in frontier:
-                if score <= 0:
-                    continue
-                spread = score * decay * damping_factor[node]
-                taken: set[int] = set()
-                for neighbour, relationship, type_code, strength in graph.edges(node):
-                    if len(taken) >= fanout:
-                        break
-                    if neighbour in taken or neighbour in path or (allowed is not None and type_code not in allowed):
-                        continue
-                    taken.add(neighbour)
-                    candidate = spread * strength
-                    if candidate < min_score:
-                        continue  # nothing below it can score more: scores never grow along a path
-                    current = best.get(neighbour)
-                    if current is None or candidate > current[0]:
-                        best[neighbour] = (candidate, hop, path + (neighbour,), via + (relationship,))
-                        improved.add(neighbour)
-            frontier = sorted(((node, best[node]) for node in improved), key=lambda item: (-item[1][0], item[0]))
-
-        # Node order is entity id order, so ranking on integers gives the documented tie-break.
-        ranked = sorted(best.items(), key=lambda item: (-item[1][0], item[1][1], item[0]))
-        name, relationship_id = graph.entity_ids.__getitem__, graph.relationship_ids.__getitem__
-        return [
-            TraversalHit(name(node), hops, score, tuple(map(name, path)), tuple(map(relationship_id, via)))
-            for node, (score, hops, path, via) in ranked
-        ]
 
     def close(self) -> None:
         with self._lock:

@@ -15,8 +15,8 @@ from the ontology, are re-validated against ``IDENTIFIER`` right before use and 
 
 Writes are batched ``UNWIND $rows … MERGE`` statements keyed by the pipeline's content-derived ids (one write
 transaction per batch, retried by the driver on transient errors); reads run in read transactions, so a cluster
-routes them to followers. Traversal fetches bounded neighbourhoods per hop with Cypher and scores in Python exactly
-like ``EmbeddedGraphStore.traverse`` (same formula, same tie-breaks), so both backends return the same hits.
+routes them to followers. ``neighbourhoods`` (what query-side traversal reads, once per hop) is one Cypher query
+for the whole frontier that lists only the heaviest relationships each entity needs.
 """
 
 from __future__ import annotations
@@ -24,17 +24,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import numpy as np
 from neo4j import Driver, GraphDatabase, ManagedTransaction
 from neo4j.exceptions import ServiceUnavailable, SessionExpired
 
 from graphrag_pipeline.lib.config import IDENTIFIER, Ontology, default_config_data
 from graphrag_pipeline.lib.models import Entity, Relationship
-from graphrag_pipeline.lib.stores.embedded_graph import hub_damping
-from graphrag_pipeline.lib.stores.protocols import GraphStats, TraversalHit, check_page, check_traversal
+from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, check_page
 
 T = TypeVar("T")
 
@@ -146,25 +143,18 @@ def _relationship_row(relationship: Relationship) -> dict[str, Any]:
     }
 
 
-@dataclass
-class _Neighbourhood:
-    """One entity's relationships as traversal sees them: heaviest first, with the scoring inputs."""
-
-    damping_factor: float  # 1 / (1 + log10(degree)), over all relationships (any type, self-loops excluded)
-    heaviest: float  # heaviest weight among all its relationships
-    edges: list[tuple[str, str, float]]  # (neighbour, relationship id, weight), allowed types only, sorted
-    complete: bool  # False when only the heaviest edges were fetched
-
-
-# For a frontier of entity ids: every relationship to another entity (both directions, self-loops excluded),
-# the degree and heaviest weight over all of them, and the heaviest ``$limit`` edges of the allowed types.
+# For entity ids, each once (a repeated id would count its relationships twice): every relationship to another
+# entity (both directions, self-loops excluded), the degree and heaviest weight over all of them, and the heaviest
+# ``$limit`` edges of the allowed types (``$types`` are relationship ``type`` properties, a parameter like every
+# value). OPTIONAL MATCH keeps the entities without relationships: traversal learns from them that a seed exists.
 _NEIGHBOURHOODS = f"""
 UNWIND $ids AS id
-MATCH (e:{ENTITY_LABEL} {{entity_id: id}})-[r]-(n:{ENTITY_LABEL})
+MATCH (e:{ENTITY_LABEL} {{entity_id: id}})
+OPTIONAL MATCH (e)-[r]-(n:{ENTITY_LABEL})
 WHERE n <> e
 WITH e, r, n ORDER BY r.weight DESC, n.entity_id, r.relationship_id
 WITH e, count(r) AS degree, max(r.weight) AS heaviest,
-     collect([n.entity_id, r.relationship_id, r.type, r.weight]) AS edges
+     collect(CASE WHEN r IS NULL THEN NULL ELSE [n.entity_id, r.relationship_id, r.type, r.weight] END) AS edges
 WITH e, degree, heaviest, [x IN edges WHERE $types IS NULL OR x[2] IN $types] AS allowed
 RETURN e.entity_id AS entity_id, degree, heaviest, size(allowed) AS total,
        CASE WHEN $limit IS NULL THEN allowed ELSE allowed[0..$limit] END AS edges
@@ -651,96 +641,30 @@ class Neo4jGraphStore:
             totals[(a, b)] = totals.get((a, b), 0.0) + float(record["weight"])
         return [(a, b, weight) for (a, b), weight in sorted(totals.items())]
 
-    # -- traversal ------------------------------------------------------------------------------------------------
+    # -- neighbourhoods -------------------------------------------------------------------------------------------
 
-    @staticmethod
-    def _neighbourhoods(
-        tx: ManagedTransaction, entity_ids: Sequence[str], types: list[str] | None, limit: int | None
-    ) -> dict[str, _Neighbourhood]:
-        records = tx.run(_NEIGHBOURHOODS, ids=list(entity_ids), types=types, limit=limit).data()
-        if not records:
-            return {}
-        damping = (1.0 / hub_damping(np.array([record["degree"] for record in records], dtype=np.int64))).tolist()
-        hoods = {}
-        for record, damping_factor in zip(records, damping):
-            edges = sorted(
-                ((edge[0], edge[1], float(edge[3])) for edge in record["edges"]), key=lambda e: (-e[2], e[0], e[1])
-            )
-            hoods[record["entity_id"]] = _Neighbourhood(
-                damping_factor=damping_factor,
-                heaviest=float(record["heaviest"]),
-                edges=edges,
-                complete=len(edges) >= int(record["total"]),
-            )
-        return hoods
-
-    def traverse(
+    def neighbourhoods(
         self,
-        seeds: dict[str, float],
-        max_hops: int,
-        decay: float = 0.5,
-        fanout: int = 50,
+        entity_ids: Iterable[str],
         relationship_types: Sequence[str] | None = None,
-        min_score: float = 0.0,
-    ) -> list[TraversalHit]:
-        """Spread activation from ``seeds``: the same contract and scoring as ``EmbeddedGraphStore.traverse``.
-
-        Each hop is one Cypher query for the whole frontier that returns, per frontier entity, its degree, its
-        heaviest weight and only its heaviest ``2·fanout + max_hops + 1`` allowed relationships; an entity whose
-        expansion runs out of fetched relationships before reaching ``fanout`` neighbours (parallel relationships,
-        neighbours already on the path) is fetched again in full. The whole walk is one read transaction.
-        """
-        check_traversal(seeds, max_hops, decay, fanout, min_score)
+        limit: int | None = None,
+    ) -> dict[str, Neighbourhood]:
+        """Entity id → its ``Neighbourhood`` for the stored entities among ``entity_ids`` (see ``GraphStore``);
+        one query per ``batch_size`` ids."""
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be >= 0, got {limit}")
         types = None if relationship_types is None else sorted(set(relationship_types))
-        limit = 2 * fanout + max_hops + 1
-
-        def work(tx: ManagedTransaction) -> list[TraversalHit]:
-            present = set(
-                tx.run(
-                    f"UNWIND $ids AS id MATCH (e:{ENTITY_LABEL} {{entity_id: id}}) RETURN e.entity_id",
-                    ids=list(seeds),
-                ).value()
-            )
-            best: dict[str, tuple[float, int, tuple[str, ...], tuple[str, ...]]] = {
-                seed: (float(activation), 0, (seed,), ()) for seed, activation in seeds.items() if seed in present
-            }
-            frontier = sorted(best.items(), key=lambda item: (-item[1][0], item[0]))
-            for hop in range(1, max_hops + 1):
-                active = [node for node, (score, *_rest) in frontier if score > 0]
-                if not active:
-                    break
-                hoods = self._neighbourhoods(tx, active, types, limit)
-                improved: set[str] = set()
-                for node, (score, _, path, via) in frontier:
-                    if score <= 0 or node not in hoods:
-                        continue
-                    hood = hoods[node]
-                    spread = score * decay * hood.damping_factor
-                    while True:
-                        taken: set[str] = set()
-                        for neighbour, relationship, weight in hood.edges:
-                            if len(taken) >= fanout:
-                                break
-                            if neighbour in taken or neighbour in path:
-                                continue
-                            taken.add(neighbour)
-                            candidate = spread * (weight / hood.heaviest)  # edge_strength, as embedded
-                            if candidate < min_score:
-                                continue  # nothing below it can score more: scores never grow along a path
-                            current = best.get(neighbour)
-                            if current is None or candidate > current[0]:
-                                best[neighbour] = (candidate, hop, path + (neighbour,), via + (relationship,))
-                                improved.add(neighbour)
-                        if len(taken) >= fanout or hood.complete:
-                            break
-                        # Ran out of fetched relationships: fetch this entity's whole neighbourhood and redo it
-                        # (re-scoring the same candidates changes nothing, so the result is exact).
-                        hood = self._neighbourhoods(tx, [node], types, None)[node]
-                frontier = sorted(((node, best[node]) for node in improved), key=lambda item: (-item[1][0], item[0]))
-            ranked = sorted(best.items(), key=lambda item: (-item[1][0], item[1][1], item[0]))
-            return [TraversalHit(node, hops, score, path, via) for node, (score, hops, path, via) in ranked]
-
-        return self._read(work)
+        found: dict[str, Neighbourhood] = {}
+        for batch in self._batches(_unique(entity_ids)):
+            for record in self._query(_NEIGHBOURHOODS, ids=list(batch), types=types, limit=limit):
+                edges = tuple((edge[0], edge[1], float(edge[3])) for edge in record["edges"])
+                found[record["entity_id"]] = Neighbourhood(
+                    degree=int(record["degree"]),
+                    heaviest=float(record["heaviest"] or 0.0),
+                    edges=edges,
+                    complete=len(edges) == int(record["total"]),
+                )
+        return found
 
     def close(self) -> None:
         self._driver.close()

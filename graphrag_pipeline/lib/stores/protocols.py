@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
@@ -66,6 +65,23 @@ class VectorStore(Protocol):
 
 
 @dataclass(frozen=True)
+class Neighbourhood:
+    """One entity's relationships as spreading activation needs them (see ``GraphStore.neighbourhoods``).
+
+    ``degree`` and ``heaviest`` describe every relationship touching the entity, whatever the type filter, because
+    the activation an entity passes on is scored against all of them; ``edges`` holds only the allowed types.
+    Self-loops are left out everywhere: they lead nowhere.
+    """
+
+    degree: int  # relationships touching the entity in either direction, any type, self-loops excluded
+    heaviest: float  # heaviest weight among those relationships (0.0 when there are none)
+    # (neighbour id, relationship id, weight) of the allowed types, heaviest first, ties by neighbour id then
+    # relationship id; a neighbour joined by parallel relationships appears once per relationship
+    edges: tuple[tuple[str, str, float], ...]
+    complete: bool  # False when the limit cut allowed relationships off the end of ``edges``
+
+
+@dataclass(frozen=True)
 class TraversalHit:
     """An entity reached from the seeds: how far, by which path, with how much decayed activation."""
 
@@ -91,24 +107,9 @@ def check_page(offset: int, limit: int) -> None:
         raise ValueError(f"offset and limit must be >= 0, got offset={offset}, limit={limit}")
 
 
-def check_traversal(seeds: dict[str, float], max_hops: int, decay: float, fanout: int, min_score: float = 0.0) -> None:
-    """The traversal arguments every GraphStore accepts."""
-    if not (math.isfinite(min_score) and min_score >= 0):
-        raise ValueError(f"min_score must be finite and >= 0, got {min_score!r}")
-    if max_hops < 0:
-        raise ValueError(f"max_hops must be >= 0, got {max_hops}")
-    if not 0 < decay <= 1:
-        raise ValueError(f"decay must be in (0, 1], got {decay}")
-    if fanout < 1:
-        raise ValueError(f"fanout must be >= 1, got {fanout}")
-    for seed, activation in seeds.items():
-        if not (math.isfinite(activation) and activation >= 0):
-            raise ValueError(f"seed {seed} has activation {activation!r}; activations must be finite and >= 0")
-
-
 @runtime_checkable
 class GraphStore(Protocol):
-    """Typed entities and relationships with provenance, chunk→entity mentions, bounded traversal."""
+    """Typed entities and relationships with provenance, chunk→entity mentions, per-entity neighbourhoods."""
 
     def upsert_entities(self, entities: Sequence[Entity]) -> None: ...
 
@@ -130,15 +131,17 @@ class GraphStore(Protocol):
 
     def chunks_of_entities(self, entity_ids: Iterable[str]) -> dict[str, list[str]]: ...
 
-    def traverse(
+    def neighbourhoods(
         self,
-        seeds: dict[str, float],  # entity id -> initial activation
-        max_hops: int,
-        decay: float = 0.5,
-        fanout: int = 50,
+        entity_ids: Iterable[str],
         relationship_types: Sequence[str] | None = None,
-        min_score: float = 0.0,  # entities reached with less are dropped and not expanded (seeds always kept)
-    ) -> list[TraversalHit]: ...
+        limit: int | None = None,
+    ) -> dict[str, Neighbourhood]:
+        """Entity id → its ``Neighbourhood``, for every stored entity among ``entity_ids`` (one without
+        relationships included); unknown ids are absent. ``relationship_types`` filters ``edges`` (``None``: all
+        types; unknown names match nothing), ``limit`` caps ``edges`` per entity (``None``: no cap; negative:
+        ``ValueError``). Query-side traversal (``graphrag_pipeline.query.traversal``) calls it once per hop."""
+        ...
 
     def relationships_between(self, entity_ids: Iterable[str], limit: int = 50) -> list[Relationship]: ...
 
