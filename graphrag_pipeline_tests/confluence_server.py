@@ -1,4 +1,4 @@
-"""A real HTTP server on 127.0.0.1 speaking the Confluence REST API subset ``lib.confluence`` uses.
+"""A real HTTP server on 127.0.0.1 speaking the Confluence REST API subset ``lib.sources.confluence`` uses.
 
 Pages live in memory and are added, edited (version bumped), re-labelled or re-restricted (version kept, as in
 Confluence) and deleted by the test. ``flavor="cloud"`` (the default, context path ``/wiki``) speaks the v2 API and

@@ -83,13 +83,13 @@ def test_reader_access_rules():
 
 
 def test_a_folders_configured_groups_restrict_its_files_and_changing_them_reingests(tmp_path):
-    from graphrag_pipeline.lib.config import SourceConfig
-    from graphrag_pipeline.lib.sources import read_source, scan_hashes
+    from graphrag_pipeline.lib.config import FolderSource
+    from graphrag_pipeline.lib.sources.registry import read_source, scan_hashes
 
     (tmp_path / "runbook.md").write_text("# Runbook\n\nRestart vault-gateway.\n")
     (tmp_path / "own.md").write_text("---\naccess_groups: [security]\n---\n# Keys\n\nRotate the HSM keys.\n")
-    open_folder = SourceConfig(name="rb", kind="folder", path=str(tmp_path))
-    closed_folder = SourceConfig(name="rb", kind="folder", path=str(tmp_path), access_groups=("sre",))
+    open_folder = FolderSource(name="rb", path=str(tmp_path))
+    closed_folder = FolderSource(name="rb", path=str(tmp_path), access_groups=("sre",))
 
     closed = {d.title: d for d in read_source(closed_folder).documents}
     assert closed["Runbook"].metadata["access_groups"] == ["sre"]

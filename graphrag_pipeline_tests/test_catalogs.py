@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from graphrag_pipeline.evaluation import eval_settings
-from graphrag_pipeline.lib.catalogs import (
+from graphrag_pipeline.lib.sources.catalog import (
     CatalogError,
     EntityRef,
     catalog_extractions,
@@ -17,11 +17,11 @@ from graphrag_pipeline.lib.catalogs import (
     parse_catalog_text,
     parse_entity_ref,
 )
-from graphrag_pipeline.lib.config import SourceConfig, load_settings
+from graphrag_pipeline.lib.config import CatalogSource, load_settings
 from graphrag_pipeline.lib.extraction import precomputed_extractions
 from graphrag_pipeline.lib.merge import merge_extractions
 from graphrag_pipeline.lib.models import Chunk, ChunkExtraction, EntityMention, RelationMention
-from graphrag_pipeline.lib.sources import read_source, scan_hashes
+from graphrag_pipeline.lib.sources.registry import read_source, scan_hashes
 
 from .conftest import FIXTURES, build
 
@@ -31,8 +31,8 @@ OTEL = CATALOGS / "otel-demo" / "service-catalog.yaml"
 ONTOLOGY = load_settings().ontology
 
 
-def catalog(path: Path, name: str = "cat") -> SourceConfig:
-    return SourceConfig(name=name, kind="catalog", path=str(path))
+def catalog(path: Path, name: str = "cat") -> CatalogSource:
+    return CatalogSource(name=name, path=str(path))
 
 
 def one_chunk_per_document(scan) -> list[Chunk]:
@@ -426,7 +426,7 @@ def test_a_catalog_service_and_the_same_name_in_text_are_one_node() -> None:
 
 def test_catalog_sources_need_a_path_and_eval_sets_pick_up_a_catalog_folder(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="path is required"):
-        SourceConfig(name="c", kind="catalog")
+        CatalogSource(name="c")
     with pytest.raises(FileNotFoundError):
         read_source(catalog(tmp_path / "missing"))
     set_dir = tmp_path / "set"

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from graphrag_pipeline.lib.chunking import HuggingFaceTokenizer, Tokenizer, WordTokenizer, chunk_document
-from graphrag_pipeline.lib.config import ChunkingConfig, SourceConfig
+from graphrag_pipeline.lib.config import ChunkingConfig, FolderSource
 from graphrag_pipeline.lib.ids import content_hash
 from graphrag_pipeline.lib.models import Chunk, Document
-from graphrag_pipeline.lib.sources import read_folder
+from graphrag_pipeline.lib.sources.folder import read_folder
 
 FIXTURES = Path(__file__).parent / "fixtures"
 WORDS = WordTokenizer()
@@ -35,7 +35,7 @@ def assert_exact_slices(document: Document, chunks: list[Chunk]) -> None:
 
 @pytest.fixture(scope="module")
 def runbooks() -> dict[str, Document]:
-    scan = read_folder(SourceConfig(name="runbooks", path=str(FIXTURES / "runbooks")))
+    scan = read_folder(FolderSource(name="runbooks", path=str(FIXTURES / "runbooks")))
     return {document.doc_id: document for document in scan.documents}
 
 

@@ -23,9 +23,9 @@ from dagster_postgres import DagsterPostgresStorage
 from dagster_postgres.utils import pg_url_from_config
 from sqlalchemy.engine import make_url
 
-from graphrag_pipeline.lib.config import LLMConfig, SourceConfig, load_settings
-from graphrag_pipeline.lib.confluence import ConfluenceClient, ConfluenceError
+from graphrag_pipeline.lib.config import ConfluenceSource, LLMConfig, load_settings
 from graphrag_pipeline.lib.llm.clients import DEFAULT_OPENAI_BASE_URL, resolve_base_url
+from graphrag_pipeline.lib.sources.confluence import ConfluenceClient, ConfluenceError
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -198,7 +198,7 @@ def test_no_secret_is_written_in_the_compose_file(services, env_example):
         # Secrets reach Dagster from the env file only, and the env file really provides them.
         env = environment(services[name])
         for key in ("NEO4J_PASSWORD", "QDRANT_API_KEY", "DAGSTER_PG_USER", "DAGSTER_PG_PASSWORD", "DAGSTER_PG_DB",
-                    SourceConfig.model_fields["token_env"].default, LLMConfig.model_fields["api_key_env"].default):
+                    ConfluenceSource.model_fields["token_env"].default, LLMConfig.model_fields["api_key_env"].default):
             assert key not in env, (name, key)
             assert key in env_example, key
     # No other service reads the env file wholesale: the servers get only the variables they need.
@@ -368,10 +368,10 @@ def test_the_example_config_indexes_the_mounted_folder_into_the_index_volume(ser
 
 def test_llm_and_confluence_settings_in_the_env_file_reach_the_dagster_containers(services, env_example, monkeypatch):
     # The variable names the code reads by default: Confluence credentials, the OpenAI key, both servers' URLs.
-    names = {SourceConfig.model_fields["user_env"].default, SourceConfig.model_fields["token_env"].default,
+    names = {ConfluenceSource.model_fields["user_env"].default, ConfluenceSource.model_fields["token_env"].default,
              LLMConfig.model_fields["api_key_env"].default, "OLLAMA_BASE_URL", "OPENAI_BASE_URL"}
     assert names <= set(env_example), names - set(env_example)
-    wiki = SourceConfig(name="wiki", kind="confluence", base_url="https://example.atlassian.net/wiki", spaces=["OPS"])
+    wiki = ConfluenceSource(name="wiki", base_url="https://example.atlassian.net/wiki", spaces=["OPS"])
     yours = {**env_example, "OLLAMA_BASE_URL": "http://gpu-box:11434", "OPENAI_BASE_URL": "https://llm.example.com/v1",
              "OPENAI_API_KEY": "sk-test", "CONFLUENCE_USER": "me@example.com", "CONFLUENCE_TOKEN": "token"}
     for name in DAGSTER_SERVICES:

@@ -1,7 +1,7 @@
 import pytest
 from pydantic import ValidationError
 
-from graphrag_pipeline.lib.config import load_settings
+from graphrag_pipeline.lib.config import CatalogSource, ConfluenceSource, EvalSetSource, FolderSource, load_settings
 
 
 def test_defaults_load_and_validate():
@@ -19,6 +19,22 @@ def test_user_file_is_merged_over_defaults_and_paths_resolve(tmp_path):
     assert settings.index_dir == str(tmp_path / "idx")
     assert settings.sources[0].path == str(tmp_path / "corpus")
     assert settings.retrieval.max_hops == 1 and settings.retrieval.vector_top_k == 20
+
+
+def test_each_source_kind_validates_to_its_own_model_and_a_source_without_a_kind_is_a_folder():
+    settings = load_settings(sources=[
+        {"name": "docs", "path": "/srv/docs"},
+        {"name": "bench", "kind": "eval_set", "path": "/srv/bench"},
+        {"name": "wiki", "kind": "confluence", "base_url": "https://example.atlassian.net/wiki", "spaces": ["OPS"]},
+        {"name": "services", "kind": "catalog", "path": "/srv/catalog-info.yaml"},
+    ])
+    assert [type(source) for source in settings.sources] == [FolderSource, EvalSetSource, ConfluenceSource,
+                                                             CatalogSource]
+    assert settings.with_overrides(shard_count=8).sources == settings.sources  # dumped and validated again
+    with pytest.raises(ValidationError, match="expected tags: 'folder', 'eval_set', 'confluence', 'catalog'"):
+        load_settings(sources=[{"name": "share", "kind": "sharepoint", "path": "/srv/share"}])
+    with pytest.raises(ValidationError, match="source 'bench': path is required for a eval_set source"):
+        load_settings(sources=[{"name": "bench", "kind": "eval_set"}])
 
 
 @pytest.mark.parametrize("bad", [

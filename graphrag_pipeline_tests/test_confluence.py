@@ -9,7 +9,7 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from graphrag_pipeline.lib.confluence import (
+from graphrag_pipeline.lib.sources.confluence import (
     NO_COMMON_PRINCIPAL,
     ConfluenceClient,
     ConfluenceError,
@@ -17,8 +17,9 @@ from graphrag_pipeline.lib.confluence import (
     scan_confluence_hashes,
     storage_to_text,
 )
-from graphrag_pipeline.lib.config import SourceConfig
-from graphrag_pipeline.lib.sources import STAGE, read_source, scan_hashes
+from graphrag_pipeline.lib.config import ConfluenceSource, FolderSource, load_settings
+from graphrag_pipeline.lib.sources.reader import STAGE
+from graphrag_pipeline.lib.sources.registry import read_source, scan_hashes
 from graphrag_pipeline_tests.confluence_server import T0, ConfluenceServer, confluence_server  # noqa: F401
 
 HANDBOOK_BODY = (
@@ -30,9 +31,9 @@ HANDBOOK_BODY = (
 RESTRICTION = re.compile(r"/rest/api/content/(\d+)/restriction/byOperation/read")
 
 
-def wiki(server: ConfluenceServer, spaces: tuple[str, ...] = ("ENG", "OPS"), **overrides) -> SourceConfig:
+def wiki(server: ConfluenceServer, spaces: tuple[str, ...] = ("ENG", "OPS"), **overrides) -> ConfluenceSource:
     settings = {"flavor": server.flavor, **overrides}
-    return SourceConfig(name="wiki", kind="confluence", base_url=server.base_url, spaces=spaces, **settings)
+    return ConfluenceSource(name="wiki", base_url=server.base_url, spaces=spaces, **settings)
 
 
 @pytest.fixture
@@ -544,20 +545,21 @@ def test_storage_format_to_text():
 
 
 def test_confluence_source_config_is_validated():
-    ok = SourceConfig(name="w", kind="confluence", base_url="https://x.atlassian.net/wiki/", spaces=("ENG",))
+    ok = ConfluenceSource(name="w", base_url="https://x.atlassian.net/wiki/", spaces=("ENG",))
     assert ok.base_url == "https://x.atlassian.net/wiki"
     assert (ok.flavor, ok.token_env, ok.user_env, ok.access_groups, ok.page_limit) == (
         "cloud", "CONFLUENCE_TOKEN", "CONFLUENCE_USER", (), 50
     )
     with pytest.raises(ValidationError, match="needs base_url"):
-        SourceConfig(name="w", kind="confluence", spaces=("ENG",))
+        ConfluenceSource(name="w", spaces=("ENG",))
     with pytest.raises(ValidationError, match="at least one space"):
-        SourceConfig(name="w", kind="confluence", base_url="https://x.atlassian.net/wiki")
+        ConfluenceSource(name="w", base_url="https://x.atlassian.net/wiki")
     with pytest.raises(ValidationError, match="invalid space key"):
-        SourceConfig(name="w", kind="confluence", base_url="https://x.atlassian.net/wiki", spaces=('EN"G',))
+        ConfluenceSource(name="w", base_url="https://x.atlassian.net/wiki", spaces=('EN"G',))
     with pytest.raises(ValidationError, match="flavor"):
-        SourceConfig(name="w", kind="confluence", base_url="https://c.example.com", spaces=("A",), flavor="server")
+        ConfluenceSource(name="w", base_url="https://c.example.com", spaces=("A",), flavor="server")
     with pytest.raises(ValidationError, match="path is required"):
-        SourceConfig(name="docs", kind="folder")
-    with pytest.raises(ValidationError, match="confluence sources only"):
-        SourceConfig(name="docs", kind="folder", path="/tmp", spaces=("ENG",))
+        FolderSource(name="docs")
+    # Each kind's fields belong to it alone: Confluence's on a folder are rejected as they are written in a config.
+    with pytest.raises(ValidationError, match=r"sources\.0\.folder\.spaces\n  Extra inputs are not permitted"):
+        load_settings(sources=[{"name": "docs", "kind": "folder", "path": "/tmp", "spaces": ["ENG"]}])

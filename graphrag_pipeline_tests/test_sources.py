@@ -8,22 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from graphrag_pipeline.lib.config import SourceConfig
+from graphrag_pipeline.lib.config import EvalSetSource, FolderSource
 from graphrag_pipeline.lib.ids import content_hash
-from graphrag_pipeline.lib.sources import (
-    html_to_text,
-    read_eval_set,
-    read_folder,
-    read_source,
-    scan_folder_hashes,
-    scan_hashes,
-)
+from graphrag_pipeline.lib.sources.eval_set import read_eval_set
+from graphrag_pipeline.lib.sources.folder import read_folder, scan_folder_hashes
+from graphrag_pipeline.lib.sources.html_text import html_to_text
+from graphrag_pipeline.lib.sources.registry import read_source, scan_hashes
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def folder(path: Path, name: str = "docs") -> SourceConfig:
-    return SourceConfig(name=name, kind="folder", path=str(path))
+def folder(path: Path, name: str = "docs") -> FolderSource:
+    return FolderSource(name=name, path=str(path))
 
 
 def write(path: Path, content: str | bytes) -> Path:
@@ -148,7 +144,7 @@ def test_hidden_entries_and_other_extensions_are_skipped_in_sorted_order(tmp_pat
     scan = read_folder(folder(tmp_path))
 
     assert [document.doc_id for document in scan.documents] == ["docs:a/b.txt", "docs:a/c.HTML", "docs:z.md"]
-    only_md = SourceConfig(name="docs", path=str(tmp_path), extensions=("md",))
+    only_md = FolderSource(name="docs", path=str(tmp_path), extensions=("md",))
     assert [document.doc_id for document in read_folder(only_md).documents] == ["docs:z.md"]
 
 
@@ -199,8 +195,8 @@ def test_realistic_runbooks_folder() -> None:
     assert scan.quarantined == ()
 
 
-def eval_source(path: Path) -> SourceConfig:
-    return SourceConfig(name="musique", kind="eval_set", path=str(path))
+def eval_source(path: Path) -> EvalSetSource:
+    return EvalSetSource(name="musique", path=str(path))
 
 
 def test_eval_set_reads_passages_and_extractions_and_quarantines_the_broken_line() -> None:
@@ -293,9 +289,6 @@ def test_generic_file_names_take_their_folder_as_title(tmp_path):
 def test_a_git_checkout_reports_the_revision_it_was_read_at(tmp_path):
     import subprocess
 
-    from graphrag_pipeline.lib.config import SourceConfig
-    from graphrag_pipeline.lib.sources import read_source
-
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "runbook.md").write_text("# Runbook\n\nRestart it.\n")
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@example.com"]
@@ -304,6 +297,6 @@ def test_a_git_checkout_reports_the_revision_it_was_read_at(tmp_path):
     subprocess.run([*git, "commit", "-qm", "first"], check=True)
     head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
 
-    scan = read_source(SourceConfig(name="rb", kind="folder", path=str(tmp_path / "docs")))
+    scan = read_source(FolderSource(name="rb", path=str(tmp_path / "docs")))
 
     assert scan.revision == head and len(head) == 40

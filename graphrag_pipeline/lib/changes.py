@@ -11,7 +11,7 @@ from typing import Mapping
 
 from graphrag_pipeline.lib.config import PipelineSettings
 from graphrag_pipeline.lib.ids import content_hash, stable_shard
-from graphrag_pipeline.lib.sources import scan_hashes
+from graphrag_pipeline.lib.sources.registry import scan_hashes
 
 EMPTY_SHARD = "empty"
 

@@ -10,10 +10,10 @@ import os
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 
@@ -230,38 +230,19 @@ class LLMConfig(StrictModel):
         return self
 
 
-DEFAULT_POLL_SECONDS = {"folder": 60, "catalog": 60, "confluence": 300, "eval_set": 3600}
+class BaseSource(StrictModel):
+    """What every source kind has. Each kind's model below narrows ``kind`` to its name and adds its own fields; the
+    kind's reader is in ``lib.sources``."""
 
-
-class SourceConfig(StrictModel):
     name: str
-    kind: Literal["folder", "eval_set", "confluence", "catalog"] = "folder"
-    path: str = ""  # folder, eval_set and catalog sources (required for them; a catalog's may name one file)
-    extensions: tuple[str, ...] = (".md", ".markdown", ".txt", ".html", ".htm")
-    # confluence only (lib.confluence). base_url includes the context path: https://example.atlassian.net/wiki (Cloud),
-    # https://confluence.example.com or https://example.com/confluence (Data Center). Credentials never appear here,
-    # only the names of the environment variables holding them: with $user_env set, basic auth (Cloud: account email
-    # + API token); without it, the token is sent as a Bearer token (Data Center personal access token).
-    base_url: str | None = None
-    flavor: Literal["cloud", "datacenter"] = "cloud"
-    spaces: tuple[str, ...] = ()
-    token_env: str = "CONFLUENCE_TOKEN"
-    user_env: str | None = "CONFLUENCE_USER"
+    kind: str
     # Who may read this source's documents (empty: everyone): a folder's files (front matter `access_groups` may set a
     # file's own), a Confluence page without read restrictions.
     access_groups: tuple[str, ...] = ()
-    page_limit: int = Field(50, ge=1, le=1000)
-    timeout_seconds: float = Field(30, gt=0)
-    # How often the source's sensor looks for changes (default by kind: a folder scan is a directory walk, a
-    # Confluence scan costs API calls; 0: on every sensor tick). Sources of one kind are looked at together, at the
-    # shortest of their intervals.
+    # How often the source's sensor looks for changes (None: its kind's default, from its reader: a folder scan is a
+    # directory walk, a Confluence scan costs API calls; 0: on every sensor tick). Sources of one kind are looked at
+    # together, at the shortest of their intervals.
     poll_interval_seconds: int | None = Field(None, ge=0)
-
-    @property
-    def poll_seconds(self) -> int:
-        if self.poll_interval_seconds is not None:
-            return self.poll_interval_seconds
-        return DEFAULT_POLL_SECONDS[self.kind]
 
     @field_validator("name")
     @classmethod
@@ -270,19 +251,57 @@ class SourceConfig(StrictModel):
             raise ValueError("source name may only contain letters, digits, '_', '.', '-'")
         return value
 
-    @field_validator("base_url")
-    @classmethod
-    def _no_trailing_slash(cls, value: str | None) -> str | None:
-        return value.strip().rstrip("/") if value is not None else None
+
+class PathSource(BaseSource):
+    """A source read from the local file system."""
+
+    path: str = ""  # required: checked below rather than by pydantic so that the message names the source
 
     @model_validator(mode="after")
-    def _kind_fields(self) -> "SourceConfig":
-        if self.kind != "confluence":
-            if not self.path:
-                raise ValueError(f"source {self.name!r}: path is required for a {self.kind} source")
-            if self.base_url is not None or self.spaces:
-                raise ValueError(f"source {self.name!r}: base_url and spaces apply to confluence sources only")
-            return self
+    def _path_given(self) -> "PathSource":
+        if not self.path:
+            raise ValueError(f"source {self.name!r}: path is required for a {self.kind} source")
+        return self
+
+
+class FolderSource(PathSource):
+    kind: Literal["folder"] = "folder"
+    extensions: tuple[str, ...] = (".md", ".markdown", ".txt", ".html", ".htm")
+
+
+class EvalSetSource(PathSource):
+    kind: Literal["eval_set"] = "eval_set"
+
+
+class CatalogSource(PathSource):
+    """``path`` is a folder of catalog files or one file."""
+
+    kind: Literal["catalog"] = "catalog"
+
+
+class ConfluenceSource(BaseSource):
+    """Pages of Confluence spaces (lib.sources.confluence). base_url includes the context path:
+    https://example.atlassian.net/wiki (Cloud), https://confluence.example.com or https://example.com/confluence (Data
+    Center). Credentials never appear here, only the names of the environment variables holding them: with $user_env
+    set, basic auth (Cloud: account email + API token); without it, the token is sent as a Bearer token (Data Center
+    personal access token)."""
+
+    kind: Literal["confluence"] = "confluence"
+    base_url: str = ""  # required: checked below rather than by pydantic so that the message names the source
+    flavor: Literal["cloud", "datacenter"] = "cloud"
+    spaces: tuple[str, ...] = ()
+    token_env: str = "CONFLUENCE_TOKEN"
+    user_env: str | None = "CONFLUENCE_USER"
+    page_limit: int = Field(50, ge=1, le=1000)
+    timeout_seconds: float = Field(30, gt=0)
+
+    @field_validator("base_url")
+    @classmethod
+    def _no_trailing_slash(cls, value: str) -> str:
+        return value.strip().rstrip("/")
+
+    @model_validator(mode="after")
+    def _confluence_fields(self) -> "ConfluenceSource":
         if not self.base_url or not re.match(r"^https?://[^/\s]+", self.base_url):
             raise ValueError(f"source {self.name!r}: a confluence source needs base_url (http:// or https://)")
         if not self.spaces:
@@ -297,6 +316,22 @@ class SourceConfig(StrictModel):
         if any(not group.strip() for group in self.access_groups):
             raise ValueError(f"source {self.name!r}: access_groups may not contain empty names")
         return self
+
+
+def _source_kind(source: Any) -> Any:
+    # A source written without a kind is a folder, as it was before there were other kinds.
+    return source.get("kind", "folder") if isinstance(source, dict) else getattr(source, "kind", None)
+
+
+SourceConfig = Annotated[
+    Union[
+        Annotated[FolderSource, Tag("folder")],
+        Annotated[EvalSetSource, Tag("eval_set")],
+        Annotated[ConfluenceSource, Tag("confluence")],
+        Annotated[CatalogSource, Tag("catalog")],
+    ],
+    Discriminator(_source_kind),
+]
 
 
 class ChecksConfig(StrictModel):

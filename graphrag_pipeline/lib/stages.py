@@ -14,7 +14,6 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -25,7 +24,7 @@ from graphrag_pipeline.lib.communities import (
     detect_communities,
     summarize_community_extractively,
 )
-from graphrag_pipeline.lib.config import PipelineSettings, SourceConfig
+from graphrag_pipeline.lib.config import PipelineSettings
 from graphrag_pipeline.lib.ids import content_hash, stable_shard
 from graphrag_pipeline.lib.merge import (
     LLM_INPUT_DESCRIPTION_CHARS,
@@ -38,8 +37,9 @@ from graphrag_pipeline.lib.merge import (
     relationship_from_payload,
 )
 from graphrag_pipeline.lib.models import Chunk, Community, CommunitySummary, Entity, Relationship, VectorPoint
-from graphrag_pipeline.lib.sources import STAGE as SOURCES_STAGE
-from graphrag_pipeline.lib.sources import SourceScan, read_source
+from graphrag_pipeline.lib.sources.reader import STAGE as SOURCES_STAGE
+from graphrag_pipeline.lib.sources.reader import ReadContext
+from graphrag_pipeline.lib.sources.registry import read_source
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES
 from graphrag_pipeline.lib.workspace import Workspace
 
@@ -110,11 +110,11 @@ def ingest_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
     report = StageReport("raw_documents")
     shard_set = set(shards)
     count = ws.settings.shard_count
+    context = ReadContext(shards=frozenset(shard_set), marks=ws.state)
     progress = ws.progress(report.stage, "read sources", len(ws.settings.sources))
     for source in ws.settings.sources:
         with report.timed("read"):
-            scan = _read_incrementally(ws, source, shard_set, report) if source.kind == "confluence" else (
-                read_source(source))
+            scan = read_source(source, context)
         in_shards = [d for d in scan.documents if stable_shard(d.doc_id, count) in shard_set]
         known = ws.state.document_hashes(shard_set, source=source.name)
         changed = [d for d in in_shards if known.get(d.doc_id) != d.content_hash]
@@ -139,6 +139,7 @@ def ingest_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
             ws.state.record_seen_sources(shard_set, seen, {d: stable_shard(d, count) for d in seen}, source.name)
         new_ids = {d.doc_id for d in changed} - set(known)
         report.counts[f"{source.name}.documents"] = len(in_shards)
+        report.counts.update({f"{source.name}.{name}": value for name, value in scan.counts.items()})
         report.counts["documents"] = report.counts.get("documents", 0) + len(in_shards)
         report.counts["new"] = report.counts.get("new", 0) + len(new_ids)
         report.counts["changed"] = report.counts.get("changed", 0) + len(changed) - len(new_ids)
@@ -158,30 +159,6 @@ def ingest_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
 
 
 STALENESS_LISTED = 20  # documents named per kind of change in a run's notes (the counts are always complete)
-FULL_READ_INTERVAL = timedelta(days=1)  # restriction and label changes make no new page version: re-read all daily
-
-
-def _read_incrementally(ws: Workspace, source: SourceConfig, shards: set[int], report: StageReport) -> SourceScan:
-    """Read only what changed since the shards' marks (full read when a shard has none or its last full read is a
-    day old), then advance the marks of exactly these shards: another run's shards keep theirs."""
-    from graphrag_pipeline.lib.confluence import read_confluence
-
-    now = datetime.now(timezone.utc)
-    marks = ws.state.source_marks(source.name, shards)
-    full = len(marks) < len(shards) or any(
-        now - datetime.fromisoformat(full_read_at) > FULL_READ_INTERVAL for _, full_read_at in marks.values()
-    )
-    since = None if full else min(datetime.fromisoformat(through) for through, _ in marks.values())
-    scan = read_confluence(source, since=since)
-    modified = [datetime.fromisoformat(d.metadata["last_modified"]) for d in scan.documents]
-    through = max([*modified, *([since] if since else [])], default=None)
-    if through is not None:
-        full_read_at = now.isoformat() if full else None
-        ws.state.record_source_marks(source.name, {
-            shard: (through.isoformat(), full_read_at or marks[shard][1]) for shard in shards
-        })
-    report.counts[f"{source.name}.incremental"] = int(not full)
-    return scan
 
 
 # --- 2. chunks -------------------------------------------------------------------------------------------------------

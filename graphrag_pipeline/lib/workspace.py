@@ -163,7 +163,7 @@ class Workspace:
 
     def extract(self, chunks: Sequence[Chunk]) -> tuple[list[ChunkExtraction], list[Quarantined]]:
         """Chunks of catalog documents get the catalog's exact typed facts; all others the configured extractor."""
-        from graphrag_pipeline.lib.catalogs import extract_with_catalogs
+        from graphrag_pipeline.lib.sources.catalog import extract_with_catalogs
 
         records = self.state.source_extractions({c.doc_id for c in chunks})
         return extract_with_catalogs(chunks, records, self.settings.ontology, self._extract_text)

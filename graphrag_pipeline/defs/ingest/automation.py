@@ -38,6 +38,7 @@ from dagster import (
 from graphrag_pipeline.defs.partitions import SHARDS, shard_key
 from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.changes import changed_shards, of_sources, shard_fingerprints, source_hashes
+from graphrag_pipeline.lib.sources.registry import poll_seconds
 from graphrag_pipeline.lib.state import StateStore
 
 PER_DOCUMENT_ASSETS = ["raw_documents", "chunks", "embeddings", "extracted_elements"]
@@ -121,7 +122,7 @@ def source_sensor(kind: str):
         if not sources:
             return SkipReason(f"no {kind} source is configured")
         cursor = json.loads(context.cursor) if context.cursor else {}
-        interval = min(source.poll_seconds for source in sources)
+        interval = min(poll_seconds(source) for source in sources)
         waited = time.time() - float(cursor.get("scanned_at", 0))
         if waited < interval:
             return SkipReason(f"next scan of the {kind} sources in {interval - waited:.0f} s")

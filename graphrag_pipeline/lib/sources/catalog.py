@@ -70,10 +70,17 @@ from typing import Any
 
 import yaml
 
-from graphrag_pipeline.lib.config import Ontology, SourceConfig
+from graphrag_pipeline.lib.config import CatalogSource, Ontology
 from graphrag_pipeline.lib.ids import content_hash, normalize_name
 from graphrag_pipeline.lib.models import Chunk, ChunkExtraction, Document, EntityMention, Quarantined, RelationMention
-from graphrag_pipeline.lib.sources import STAGE, SourceScan, _json_safe
+from graphrag_pipeline.lib.sources.reader import (
+    RAW_EXCERPT,
+    STAGE,
+    ReadContext,
+    SourceScan,
+    json_safe,
+    unreadable_marker,
+)
 
 CATALOG_SUFFIXES = frozenset({".yaml", ".yml"})
 RECORD_KEY = "catalog"  # key of the typed part of a catalog document's extraction record
@@ -81,7 +88,6 @@ RECORD_VERSION = 1
 SPOTTER = "catalog"
 DEFAULT_NAMESPACE = "default"
 BACKSTAGE_API_PREFIX = "backstage.io/"
-_RAW_EXCERPT = 2000
 
 # Entity kind (Backstage kinds, service-catalog "service"/"team", runbook targets) -> ontology entity type.
 KIND_TYPES: dict[str, str] = {
@@ -285,10 +291,10 @@ def parse_catalog_text(text: str, path: str = "", *, strict: bool = True) -> Par
             reason = f"{where}: invalid YAML: {_one_line(error)}"
             refs = _names_in_broken_yaml(piece)
             if not refs:
-                parsed.problems.append(Problem(path, str(position), reason, None, piece[:_RAW_EXCERPT]))
+                parsed.problems.append(Problem(path, str(position), reason, None, piece[:RAW_EXCERPT]))
             for ref in refs:
                 kept = f"{reason}; the last indexed version of {ref.ref} is kept"
-                parsed.problems.append(Problem(path, str(position), kept, ref, piece[:_RAW_EXCERPT]))
+                parsed.problems.append(Problem(path, str(position), kept, ref, piece[:RAW_EXCERPT]))
             continue
         if data is None:
             continue
@@ -300,7 +306,7 @@ def parse_catalog_text(text: str, path: str = "", *, strict: bool = True) -> Par
             reason = f"{where}: not a catalog (expected a top-level services: list or a backstage.io entity)"
             if isinstance(data, Mapping) and isinstance(data.get("services"), Mapping):
                 reason += "; services: is a mapping here, as in a docker compose file"
-            parsed.problems.append(Problem(path, str(position), reason, None, piece[:_RAW_EXCERPT]))
+            parsed.problems.append(Problem(path, str(position), reason, None, piece[:RAW_EXCERPT]))
         else:
             parsed.skipped += 1
     return parsed
@@ -330,7 +336,7 @@ def _one_line(error: Exception) -> str:
 
 
 def _raw(value: Any) -> str:
-    return json.dumps(_json_safe(value), ensure_ascii=False, sort_keys=True)[:_RAW_EXCERPT]
+    return json.dumps(json_safe(value), ensure_ascii=False, sort_keys=True)[:RAW_EXCERPT]
 
 
 # Names still readable in a document that is not valid YAML: enough to keep the entity's last good version.
@@ -394,7 +400,7 @@ def _service_entry(item: Mapping[str, Any], ref: EntityRef, path: str) -> Catalo
     metadata = {"tier": tier} if tier is not None else {}
     extra = {str(k): v for k, v in item.items() if k not in _SERVICE_KEYS}
     if extra:
-        metadata["fields"] = _json_safe(extra)
+        metadata["fields"] = json_safe(extra)
     return CatalogEntry(ref, "service-catalog", path, summary, description, _unique_facts(facts), [], metadata)
 
 
@@ -448,7 +454,7 @@ def _parse_backstage(
         parsed.entries.append(_backstage_entry(data, ref, path))
     except CatalogError as error:
         label = f" ({ref.ref})" if ref else ""
-        parsed.problems.append(Problem(path, str(position), f"{where}{label}: {error}", ref, piece[:_RAW_EXCERPT]))
+        parsed.problems.append(Problem(path, str(position), f"{where}{label}: {error}", ref, piece[:RAW_EXCERPT]))
 
 
 # field -> (relation, default kind of its references, reversed: the referenced entity is the edge's source)
@@ -571,7 +577,19 @@ def _unique_facts(facts: Iterable[Fact]) -> list[Fact]:
 # ------------------------------------------------------------------------------------------------------------ reading
 
 
-def read_catalog(source: SourceConfig) -> SourceScan:
+class CatalogReader:
+    """Service-catalog and Backstage entities, one document each, with their exact typed facts."""
+
+    default_poll_seconds = 60  # a scan reads a few YAML files
+
+    def scan(self, source: CatalogSource) -> dict[str, str]:
+        return scan_catalog_hashes(source)
+
+    def read(self, source: CatalogSource, context: ReadContext | None) -> SourceScan:
+        return read_catalog(source)
+
+
+def read_catalog(source: CatalogSource) -> SourceScan:
     """Documents, quarantined entries, content hashes and exact extraction records of a catalog source."""
     root, files = _catalog_files(source)
     entries: dict[str, CatalogEntry] = {}
@@ -585,7 +603,7 @@ def read_catalog(source: SourceConfig) -> SourceScan:
         try:
             data = path.read_bytes()
         except OSError as error:
-            hashes[file_item] = f"unreadable:{error.errno}"
+            hashes[file_item] = unreadable_marker(error)
             quarantined.append(Quarantined(STAGE, file_item, f"cannot read {path}: {error}"))
             continue
         try:
@@ -615,7 +633,7 @@ def read_catalog(source: SourceConfig) -> SourceScan:
                 item = f"{_doc_id(source, entry.ref)}@{relative}"
                 reason = f"{relative}: {entry.ref.ref} is defined twice; the definition in {first.path} is used"
                 hashes[item] = content_hash(reason, entry.text())
-                quarantined.append(Quarantined(STAGE, item, reason, entry.text()[:_RAW_EXCERPT]))
+                quarantined.append(Quarantined(STAGE, item, reason, entry.text()[:RAW_EXCERPT]))
                 continue
             entries[entry.ref.identity] = entry
     for entry in _referenced_entries(entries.values()):
@@ -662,16 +680,16 @@ def read_catalog(source: SourceConfig) -> SourceScan:
                       extractions=extractions)
 
 
-def scan_catalog_hashes(source: SourceConfig) -> dict[str, str]:
+def scan_catalog_hashes(source: CatalogSource) -> dict[str, str]:
     """doc_id -> content hash, equal to ``read_catalog(source).hashes`` (parsing YAML is cheap next to indexing)."""
     return read_catalog(source).hashes
 
 
-def _doc_id(source: SourceConfig, ref: EntityRef) -> str:
+def _doc_id(source: CatalogSource, ref: EntityRef) -> str:
     return f"{source.name}:{ref.kind}:{ref.namespace}/{ref.name}"
 
 
-def _catalog_files(source: SourceConfig) -> tuple[Path, list[Path]]:
+def _catalog_files(source: CatalogSource) -> tuple[Path, list[Path]]:
     root = Path(source.path)
     if root.is_file():
         return root, [root]
@@ -750,7 +768,7 @@ def catalog_extractions(
         try:
             record = _checked_record(records.get(doc_id))
         except ValueError as error:
-            raw = json.dumps(records.get(doc_id), ensure_ascii=False, default=str)[:_RAW_EXCERPT]
+            raw = json.dumps(records.get(doc_id), ensure_ascii=False, default=str)[:RAW_EXCERPT]
             quarantined.append(Quarantined("extraction", doc_id, f"catalog record unusable: {error}", raw))
             continue
         typed = record[RECORD_KEY]

@@ -49,7 +49,7 @@ the space. A read never returns a partial space: a listing that failed half-way 
 
 Documents, the same whichever API they were read over: ``doc_id`` is ``{source.name}:{page id}`` (stable across edits,
 moves and renames); ``uri`` is the page's web URL (``base_url`` + ``_links.webui``); ``text`` is the storage-format
-XHTML reduced by ``sources.html_to_text`` (code macros kept as preformatted blocks, macro parameters dropped).
+XHTML reduced by ``html_text.html_to_text`` (code macros kept as preformatted blocks, macro parameters dropped).
 ``metadata``: ``space_key``, ``page_id``, ``version``, ``last_modified`` (ISO 8601, UTC), ``labels``, ``ancestors``
 (titles, root first), ``ancestor_ids``, ``access_groups`` and ``access_restrictions``. A page that cannot be
 understood (no body string, no version, unreadable restrictions, ...) becomes a ``Quarantined`` record for the
@@ -77,11 +77,14 @@ Incremental reads: ``read_confluence(source, since=t)`` fetches full pages only 
 (CQL, queried from ``CQL_MARGIN`` earlier because CQL dates are minute-precision wall-clock times in the token
 user's time zone, then filtered exactly on ``version.when``), while ``hashes`` still lists every current page from
 the cheap listing. The caller must treat a doc id present in ``hashes`` but absent from ``documents`` as unchanged,
-not deleted; only ids missing from ``hashes`` are deleted.
+not deleted; only ids missing from ``hashes`` are deleted. ``ConfluenceReader`` reads incrementally when the ingest
+stage gives it a ``ReadContext``: since the oldest of the run's shards' marks, with a full read when a shard has no
+mark or its last full read is ``FULL_READ_INTERVAL`` old (restriction and label changes make no new page version).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import html
 import json
@@ -97,11 +100,12 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from graphrag_pipeline.lib.config import SourceConfig
+from graphrag_pipeline.lib.config import ConfluenceSource
+from graphrag_pipeline.lib.http import retry_after_seconds
 from graphrag_pipeline.lib.ids import content_hash
 from graphrag_pipeline.lib.models import Document, Quarantined
-from graphrag_pipeline.lib.sources import STAGE, SourceScan, html_to_text
-from graphrag_pipeline.lib.http import retry_after_seconds
+from graphrag_pipeline.lib.sources.html_text import html_to_text
+from graphrag_pipeline.lib.sources.reader import RAW_EXCERPT, STAGE, ReadContext, SourceScan
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +132,9 @@ MAX_ATTEMPTS = 3
 BACKOFF_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 30.0
 CQL_MARGIN = dt.timedelta(days=1)  # covers any user time zone (UTC-12 .. UTC+14), clock skew and minute truncation
+FULL_READ_INTERVAL = dt.timedelta(days=1)  # restriction and label changes make no new page version: re-read all daily
 NO_COMMON_PRINCIPAL = "confluence:no-common-principal"  # matches nobody: nested restrictions with disjoint principals
 _ERROR_EXCERPT = 300
-_RAW_EXCERPT = 2000
 
 
 class ConfluenceError(RuntimeError):
@@ -185,14 +189,12 @@ class ConfluenceClient:
     @classmethod
     def from_source(
         cls,
-        source: SourceConfig,
+        source: ConfluenceSource,
         *,
         environ: Mapping[str, str] | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> "ConfluenceClient":
         """A client for a ``kind: confluence`` source, with the credentials its environment variables hold."""
-        if source.kind != "confluence" or not source.base_url:
-            raise ConfluenceError(f"source {source.name!r} is not a confluence source with a base_url")
         env = os.environ if environ is None else environ
         token = env.get(source.token_env, "")
         if not token:
@@ -501,8 +503,40 @@ class ConfluenceClient:
 # ---------------------------------------------------------------------------------------------------------- readers
 
 
+class ConfluenceReader:
+    """Pages of Confluence spaces; in an ingest run, only the pages modified since the run's shards were read."""
+
+    default_poll_seconds = 300  # a scan lists every page of every space: API calls, not a directory walk
+
+    def scan(self, source: ConfluenceSource) -> dict[str, str]:
+        return scan_confluence_hashes(source)
+
+    def read(self, source: ConfluenceSource, context: ReadContext | None) -> SourceScan:
+        return read_confluence(source) if context is None else read_incrementally(source, context)
+
+
+def read_incrementally(source: ConfluenceSource, context: ReadContext) -> SourceScan:
+    """Read only what changed since the context's shards' marks (full read when a shard has none or its last full
+    read is a day old), then advance the marks of exactly these shards: another run's shards keep theirs."""
+    now = dt.datetime.now(dt.timezone.utc)
+    marks = context.marks.source_marks(source.name, context.shards)
+    full = len(marks) < len(context.shards) or any(
+        now - dt.datetime.fromisoformat(full_read_at) > FULL_READ_INTERVAL for _, full_read_at in marks.values()
+    )
+    since = None if full else min(dt.datetime.fromisoformat(through) for through, _ in marks.values())
+    scan = read_confluence(source, since=since)
+    modified = [dt.datetime.fromisoformat(d.metadata["last_modified"]) for d in scan.documents]
+    through = max([*modified, *([since] if since else [])], default=None)
+    if through is not None:
+        full_read_at = now.isoformat() if full else None
+        context.marks.record_source_marks(source.name, {
+            shard: (through.isoformat(), full_read_at or marks[shard][1]) for shard in context.shards
+        })
+    return dataclasses.replace(scan, counts={"incremental": int(not full)})
+
+
 def read_confluence(
-    source: SourceConfig, *, since: dt.datetime | None = None, client: ConfluenceClient | None = None
+    source: ConfluenceSource, *, since: dt.datetime | None = None, client: ConfluenceClient | None = None
 ) -> SourceScan:
     """Pages of every configured space as documents (all of them, or with ``since`` only those modified since then).
 
@@ -531,7 +565,7 @@ def read_confluence(
                             stage=STAGE,
                             item_id=item_id,
                             reason=f"Confluence page in space {space!r}: {problem}",
-                            raw=json.dumps(page, ensure_ascii=False, default=str)[:_RAW_EXCERPT],
+                            raw=json.dumps(page, ensure_ascii=False, default=str)[:RAW_EXCERPT],
                         )
                     )
     finally:
@@ -540,7 +574,7 @@ def read_confluence(
     return SourceScan(documents=tuple(documents), quarantined=tuple(quarantined), hashes=hashes)
 
 
-def scan_confluence_hashes(source: SourceConfig, *, client: ConfluenceClient | None = None) -> dict[str, str]:
+def scan_confluence_hashes(source: ConfluenceSource, *, client: ConfluenceClient | None = None) -> dict[str, str]:
     """Cheap change scan for sensors: doc_id -> version marker of every current page, no bodies fetched.
 
     The values equal ``read_confluence(source).hashes``; a page missing from the result has been deleted (or moved
@@ -804,7 +838,7 @@ def _levels(page_id: str, ancestor_ids: list[str], principals: Mapping[str, _Pri
     return levels
 
 
-def _page_document(source: SourceConfig, base_url: str, space: str, page: _Page) -> Document:
+def _page_document(source: ConfluenceSource, base_url: str, space: str, page: _Page) -> Document:
     if page.levels:
         common = frozenset.intersection(*page.levels)
         access_groups = sorted(common) if common else [NO_COMMON_PRINCIPAL]

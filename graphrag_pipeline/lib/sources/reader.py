@@ -1,0 +1,87 @@
+"""What every source reader provides (``SourceReader``), is given (``ReadContext``) and returns (``SourceScan``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Protocol, TypeVar
+
+from graphrag_pipeline.lib.config import BaseSource
+from graphrag_pipeline.lib.models import Document, Quarantined
+
+STAGE = "sources"  # the stage named in the quarantine records of every reader
+RAW_EXCERPT = 2000  # enough of a bad item to diagnose it without copying huge payloads into the quarantine
+
+
+@dataclass(frozen=True, slots=True)
+class SourceScan:
+    """Everything one read of a source yielded.
+
+    ``hashes`` maps every item the source holds (including quarantined, unreadable ones, and, after an incremental
+    read, the unchanged items it did not return as documents) to its change hash, so a caller can store it as the
+    baseline the next change scan is compared against; an id missing from ``hashes`` is a deleted item.
+    """
+
+    documents: tuple[Document, ...]
+    quarantined: tuple[Quarantined, ...]
+    hashes: dict[str, str] = field(default_factory=dict)
+    extractions: dict[str, dict[str, Any]] = field(default_factory=dict)  # doc_id -> {"entities", "triples"}
+    revision: str | None = None  # the git commit a folder was read at, when it is a git checkout
+    counts: dict[str, int] = field(default_factory=dict)  # figures about the read for the stage's report
+
+
+class SourceMarks(Protocol):
+    """Per source and shard, how far an incremental reader got: (modified through, last full read at), ISO 8601
+    times. The state store keeps them."""
+
+    def source_marks(self, source: str, shards: Iterable[int]) -> dict[int, tuple[str, str]]: ...
+
+    def record_source_marks(self, source: str, marks: dict[int, tuple[str, str]]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ReadContext:
+    """What the ingest stage tells a reader: the shards this run brings up to date and where an incremental reader
+    keeps its marks. A read without a context (tests, one-off reads) is a full read that records nothing."""
+
+    shards: frozenset[int]
+    marks: SourceMarks
+
+
+SourceT = TypeVar("SourceT", bound=BaseSource, contravariant=True)
+
+
+class SourceReader(Protocol[SourceT]):
+    """One source kind. The registry (``lib.sources.registry``) maps the ``kind`` of a source's configuration to its
+    reader."""
+
+    # How often a sensor scans a source of this kind when its configuration sets no ``poll_interval_seconds``.
+    default_poll_seconds: int
+
+    def scan(self, source: SourceT) -> dict[str, str]:
+        """doc_id -> change hash of every item, as cheaply as the kind allows (sensors call this every poll); equal to
+        ``read(source, None).hashes``."""
+        ...
+
+    def read(self, source: SourceT, context: ReadContext | None) -> SourceScan:
+        """The source's documents: all of them, or, for a reader that reads incrementally and gets a ``context``,
+        those modified since its marks for the context's shards."""
+        ...
+
+
+def unreadable_marker(error: OSError) -> str:
+    """Stands in for the hash of a file that cannot be read, so that it becoming readable again is a change."""
+    return f"unreadable:{error.errno}"
+
+
+def json_safe(value: Any) -> Any:
+    """YAML gives dates, sets and arbitrary keys; payload stores and the Dagster metadata want plain JSON."""
+    if isinstance(value, dict):
+        return {str(key): json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [json_safe(item) for item in value]
+    if isinstance(value, (dt.date, dt.datetime, dt.time)):
+        return value.isoformat()
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
