@@ -11,7 +11,7 @@ from dagster import RunRequest, SkipReason, build_schedule_context, build_sensor
 
 from graphrag_pipeline.defs.ingest.automation import daily_refresh, folder_source_sensor
 from graphrag_pipeline.defs.partitions import SHARD_COUNT, SHARDS, shard_key, shard_of_key
-from graphrag_pipeline.defs.resources import embedded_graphrag
+from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.changes import shard_fingerprints, source_hashes
 from graphrag_pipeline.lib.config import load_settings
 from graphrag_pipeline.lib.ids import stable_shard
@@ -77,13 +77,13 @@ def index_sources(config: Path) -> None:
 
 
 def sensor_tick(config: Path, cursor: str | None = None) -> tuple[list[RunRequest] | SkipReason, str | None]:
-    resources = {"graphrag": embedded_graphrag(config_path=str(config))}
+    resources = {"graphrag": GraphRAGResource(config_path=str(config))}
     with build_sensor_context(cursor=cursor, resources=resources) as context:
         return folder_source_sensor(context), context.cursor
 
 
 def schedule_tick(config: Path, instance) -> list[RunRequest] | SkipReason:
-    resources = {"graphrag": embedded_graphrag(config_path=str(config))}
+    resources = {"graphrag": GraphRAGResource(config_path=str(config))}
     with build_schedule_context(instance=instance, resources=resources, scheduled_execution_time=TICK_TIME) as context:
         return daily_refresh(context)
 
@@ -221,7 +221,7 @@ def test_a_reverted_edit_gets_a_new_run_key(config):
 def test_each_source_kind_has_its_own_sensor_and_one_without_sources_skips(config):
     from graphrag_pipeline.defs.ingest.automation import catalog_source_sensor, confluence_source_sensor
 
-    resources = {"graphrag": embedded_graphrag(config_path=str(config))}
+    resources = {"graphrag": GraphRAGResource(config_path=str(config))}
     for kind_sensor in (confluence_source_sensor, catalog_source_sensor):
         with build_sensor_context(resources=resources) as context:
             result = kind_sensor(context)
@@ -333,7 +333,7 @@ def test_one_shard_run_brings_the_whole_corpus_wide_chain_in_one_request(instanc
     from graphrag_pipeline.definitions import definitions_with
     from graphrag_pipeline.defs.ingest.automation import CORPUS_WIDE_ASSETS
 
-    defs = definitions_with(embedded_graphrag())
+    defs = definitions_with(GraphRAGResource())
     first = evaluate_automation_conditions(defs=defs, instance=instance)
     assert first.total_requested == 0  # a fresh instance: nothing was updated yet
 

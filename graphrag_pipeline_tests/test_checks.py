@@ -159,27 +159,29 @@ def test_quarantine_of_items_that_are_gone_no_longer_counts(index):
     assert outcome.metadata["quarantined"] == 0
 
 
-def test_a_dagster_run_over_a_damaged_index_fails_the_check_in_the_run(index, tmp_path):
+def test_a_dagster_run_over_a_damaged_index_fails_the_check_in_the_run(tmp_path):
     """Vectors lost from the published collection while the state still lists them: a re-materialization has nothing
     to re-embed, so only the check tells — as an ERROR evaluation of the run, with the reason."""
     from graphrag_pipeline.definitions import definitions_with
     from graphrag_pipeline.defs.partitions import SHARD_COUNT, shard_key
-    from graphrag_pipeline.defs.resources import embedded_graphrag
+    from graphrag_pipeline.defs.resources import GraphRAGResource
 
-    store = EdgeVectorStore(index / "vectors")
+    config = tmp_path / "graphrag.yaml"
+    config.write_text(yaml.safe_dump({"index_dir": "index", "shard_count": SHARD_COUNT,
+                                      "sources": [{"name": "t", "kind": "folder", "path": str(FIXTURES / "multihop")}]}))
+    job = definitions_with(GraphRAGResource(config_path=str(config))).resolve_job_def("build_index")
+    every_shard = {"dagster/asset_partition_range_start": shard_key(0),
+                   "dagster/asset_partition_range_end": shard_key(SHARD_COUNT - 1)}
+    assert all(e.passed for e in job.execute_in_process(tags=every_shard).get_asset_check_evaluations())
+
+    store = EdgeVectorStore(tmp_path / "index" / "vectors")
     store.delete(CHUNKS, sorted(store.point_ids(CHUNKS))[:2])
     store.publish()
     store.close()
-    config = tmp_path / "graphrag.yaml"
-    config.write_text(yaml.safe_dump({"index_dir": str(index), "shard_count": 4,
-                                      "sources": [{"name": "t", "kind": "folder", "path": str(FIXTURES / "multihop")}]}))
-    job = definitions_with(embedded_graphrag(config_path=str(config))).resolve_job_def("build_index")
-
-    result = job.execute_in_process(tags={"dagster/asset_partition_range_start": shard_key(0),
-                                          "dagster/asset_partition_range_end": shard_key(SHARD_COUNT - 1)})
+    result = job.execute_in_process(tags=every_shard)
 
     evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
     assert {name for name, e in evaluations.items() if not e.passed} == {"every_chunk_has_a_published_vector"}
     failed = evaluations["every_chunk_has_a_published_vector"]
     assert failed.severity.value == "ERROR"
-    assert "have no vector in the published `chunks` collection" in failed.description
+    assert "2 of" in failed.description and "have no vector in the published `chunks` collection" in failed.description

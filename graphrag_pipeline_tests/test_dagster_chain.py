@@ -20,7 +20,7 @@ from dagster import (
 from graphrag_pipeline.definitions import definitions_with
 from graphrag_pipeline.defs.ingest.automation import daily_refresh, folder_source_sensor
 from graphrag_pipeline.defs.partitions import SHARD_COUNT, shard_key, shard_of_key
-from graphrag_pipeline.defs.resources import embedded_graphrag
+from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.ids import stable_shard
 from graphrag_pipeline.query import open_index
 
@@ -54,7 +54,7 @@ class Project:
 
     def materialize(self, first: str, last: str) -> ExecuteInProcessResult:
         """Launch the `build_index` job as shipped, with the resource pointed at this project's configuration."""
-        defs = definitions_with(embedded_graphrag(config_path=str(self.config)))
+        defs = definitions_with(GraphRAGResource(config_path=str(self.config)))
         job = defs.resolve_job_def("build_index")
         result = job.execute_in_process(instance=self.instance, tags=range_tags(first, last))
         assert result.success
@@ -163,7 +163,7 @@ def test_the_materialized_index_answers_questions(project, first_run):
 
 
 def test_automation_sees_nothing_to_do_after_a_full_materialization(project, first_run):
-    resources = {"graphrag": embedded_graphrag(config_path=str(project.config))}
+    resources = {"graphrag": GraphRAGResource(config_path=str(project.config))}
     # Without a cursor the sensor's baseline is the index itself, so a full build must leave it nothing to request.
     with build_sensor_context(resources=resources) as context:
         assert isinstance(folder_source_sensor(context), SkipReason)

@@ -4,16 +4,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from dagster import AssetKey, BackfillPolicy
 
 from graphrag_pipeline.defs.partitions import shard_key
 from graphrag_pipeline.definitions import defs
-from graphrag_pipeline.defs.resources import (
-    EmbeddedGraphStoreResource,
-    EmbeddedVectorStoreResource,
-    GraphRAGResource,
-    ConfiguredEmbedderResource,
-)
+from graphrag_pipeline.defs.resources import GraphRAGResource
 
 PER_DOCUMENT = ["raw_documents", "chunks", "embeddings", "extracted_elements"]
 CORPUS_WIDE = ["element_summaries", "graph", "communities", "community_summaries"]
@@ -101,15 +97,20 @@ def test_jobs_sensor_and_schedule():
     assert defs.resolve_schedule_def("daily_corpus_refresh").job_name == "refresh_corpus"
 
 
-def test_graphrag_resource_is_bound_to_the_embedded_tier():
-    resource = defs.resources["graphrag"]
-    assert isinstance(resource, GraphRAGResource)
-    assert isinstance(resource.graph_store, EmbeddedGraphStoreResource)
-    assert isinstance(resource.vector_store, EmbeddedVectorStoreResource)
-    assert isinstance(resource.embedder, ConfiguredEmbedderResource)
-    # Every asset asks for this one resource (plus Dagster's default io_manager), so swapping backends is one binding.
+def test_every_asset_asks_for_the_one_graphrag_resource():
+    assert isinstance(defs.resources["graphrag"], GraphRAGResource)
+    # Stores come from the configuration through the backend factory, so swapping backends is configuration.
     for name in LINEAGE:
         assert defs.resolve_assets_def(name).required_resource_keys - {"io_manager"} == {"graphrag"}
+
+
+def test_a_resource_that_disagrees_with_the_definitions_is_refused(tmp_path):
+    from graphrag_pipeline.definitions import definitions_with
+
+    config = tmp_path / "graphrag.yaml"
+    config.write_text("shard_count: 4\n")
+    with pytest.raises(ValueError, match="4 shards.*disagrees with the one the definitions were loaded with"):
+        definitions_with(GraphRAGResource(config_path=str(config)))
 
 
 def _dg(*args: str) -> subprocess.CompletedProcess:

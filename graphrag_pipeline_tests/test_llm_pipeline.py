@@ -15,7 +15,7 @@ from dagster import DagsterInstance
 
 from graphrag_pipeline.definitions import definitions_with
 from graphrag_pipeline.defs.partitions import SHARD_COUNT, shard_key
-from graphrag_pipeline.defs.resources import embedded_graphrag
+from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.config import load_settings
 from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
@@ -107,7 +107,7 @@ def project(tmp_path_factory, server) -> Path:
 
 
 def materialize(config: Path, expect_success: bool = True):
-    defs = definitions_with(embedded_graphrag(config_path=str(config)))
+    defs = definitions_with(GraphRAGResource(config_path=str(config)))
     result = defs.resolve_job_def("build_index").execute_in_process(
         instance=DagsterInstance.ephemeral(), tags=range_tags(shard_key(0), shard_key(SHARD_COUNT - 1)),
         raise_on_error=False,

@@ -34,7 +34,7 @@ from sqlalchemy.engine import make_url
 
 from graphrag_pipeline.definitions import definitions_with
 from graphrag_pipeline.defs.partitions import SHARD_COUNT, shard_key
-from graphrag_pipeline.defs.resources import embedded_graphrag
+from graphrag_pipeline.defs.resources import GraphRAGResource
 
 from .conftest import FIXTURES
 from .postgres import PostgresServer, configured_server, throwaway_database
@@ -91,7 +91,7 @@ def postgres_run(tmp_path_factory, postgres_server, database):
         env.setenv("DAGSTER_PG_DB", database)
         instance = DagsterInstance.from_config(str(home))
         try:
-            defs = definitions_with(embedded_graphrag(config_path=str(config)))
+            defs = definitions_with(GraphRAGResource(config_path=str(config)))
             result = defs.resolve_job_def("build_index").execute_in_process(
                 instance=instance,
                 tags={"dagster/asset_partition_range_start": ALL_SHARDS[0],

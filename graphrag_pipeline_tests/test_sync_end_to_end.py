@@ -13,7 +13,7 @@ import yaml
 from dagster import build_sensor_context
 
 from graphrag_pipeline.defs.ingest.automation import folder_source_sensor
-from graphrag_pipeline.defs.resources import embedded_graphrag
+from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.config import load_settings
 from graphrag_pipeline.lib.embedders import LocalEmbedder
 from graphrag_pipeline.lib.extraction import OfflineExtractor
@@ -90,7 +90,7 @@ def synced(tmp_path_factory):
     root = tmp_path_factory.mktemp("sync")
     config = make_project(root / "live", [p.name for p in RUNBOOKS])
     build(config)
-    resources = {"graphrag": embedded_graphrag(config_path=str(config))}
+    resources = {"graphrag": GraphRAGResource(config_path=str(config))}
     with build_sensor_context(resources=resources) as context:
         folder_source_sensor(context)
         cursor = context.cursor

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dagster import BackfillPolicy, StaticPartitionsDefinition
 
-from graphrag_pipeline.lib.config import load_settings
+from graphrag_pipeline.defs.settings import DEFINITION_SETTINGS
 
 SHARD_PREFIX = "shard-"
 
@@ -28,7 +28,7 @@ def shard_partitions(shard_count: int) -> StaticPartitionsDefinition:
     return StaticPartitionsDefinition([shard_key(i) for i in range(shard_count)])
 
 
-SHARD_COUNT = load_settings().shard_count
+SHARD_COUNT = DEFINITION_SETTINGS.shard_count
 SHARDS = shard_partitions(SHARD_COUNT)
 # A backfill of many shards is one run over the key range, not one run per shard (runs are the expensive unit).
 SINGLE_RUN = BackfillPolicy.single_run()

@@ -1,6 +1,18 @@
-"""Backend selection for processes outside Dagster (the query module, the CLI), by the same environment variables
-the Dagster definitions read: GRAPH_BACKEND=embedded|neo4j, VECTOR_BACKEND=embedded|qdrant, NEO4J_URI/USER/
-PASSWORD/DATABASE, QDRANT_URL/API_KEY. Secrets and addresses come only from the environment."""
+"""The one place that builds stores: every store of an index, from its validated settings.
+
+Dagster resources, `Workspace` (stages, `graphrag-pipeline build` and `eval`), the sensors and the query module all
+open their stores here, so a backend chosen in the configuration (or by GRAPH_BACKEND / VECTOR_BACKEND, see
+`lib/config.py`) is the backend every process uses. Secrets are read from the environment variables the settings
+name, at the moment a store is opened, and never kept in settings.
+
+Index directory layout (embedded tier)::
+
+    <index_dir>/state.sqlite      documents, chunks, caches, merged elements, communities, quarantine
+    <index_dir>/graph.sqlite      the embedded graph store
+    <index_dir>/vectors/          Qdrant Edge shards: chunks, entities, communities (published versions for readers)
+    <index_dir>/llm_cache.sqlite  completions of the configured LLM: unchanged input, no call
+    <index_dir>/llm_runs.sqlite   spend per Dagster run, when llm.budget_usd caps it
+"""
 
 from __future__ import annotations
 
@@ -8,53 +20,81 @@ import os
 from pathlib import Path
 
 from graphrag_pipeline.lib.config import PipelineSettings
+from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.protocols import GraphStore, VectorStore
 
-GRAPH_BACKENDS = ("embedded", "neo4j")
-VECTOR_BACKENDS = ("embedded", "qdrant")
+
+def state_path(settings: PipelineSettings) -> Path:
+    return Path(settings.index_dir) / "state.sqlite"
 
 
-def _choice(variable: str, allowed: tuple[str, ...]) -> str:
-    value = os.environ.get(variable, "embedded").strip().lower() or "embedded"
-    if value not in allowed:
-        raise ValueError(f"{variable}={value!r}: expected one of {', '.join(allowed)}")
-    return value
+def llm_cache_path(settings: PipelineSettings) -> Path:
+    return Path(settings.index_dir) / "llm_cache.sqlite"
 
 
-def _required(variable: str) -> str:
-    value = os.environ.get(variable)
-    if not value:
-        raise ValueError(f"{variable} must be set for this backend")
-    return value
+def llm_runs_path(settings: PipelineSettings) -> Path:
+    return Path(settings.index_dir) / "llm_runs.sqlite"
 
 
-def graph_backend() -> str:
-    return _choice("GRAPH_BACKEND", GRAPH_BACKENDS)
+def graph_path(settings: PipelineSettings) -> Path:
+    return Path(settings.index_dir) / "graph.sqlite"
 
 
-def vector_backend() -> str:
-    return _choice("VECTOR_BACKEND", VECTOR_BACKENDS)
+def vectors_path(settings: PipelineSettings) -> Path:
+    return Path(settings.index_dir) / "vectors"
 
 
-def open_graph_store(settings: PipelineSettings, *, read_only: bool) -> GraphStore:
-    if graph_backend() == "neo4j":
-        connection = (_required("NEO4J_URI"), _required("NEO4J_USER"), _required("NEO4J_PASSWORD"),
-                      os.environ.get("NEO4J_DATABASE") or None)
+def open_state(settings: PipelineSettings, *, read_only: bool = False) -> StateStore:
+    return StateStore(state_path(settings), read_only=read_only)
+
+
+def open_graph_store(settings: PipelineSettings, *, read_only: bool = False) -> GraphStore:
+    backends = settings.backends
+    if backends.graph == "neo4j":
         from graphrag_pipeline.lib.stores.neo4j_graph import Neo4jGraphStore
 
-        return Neo4jGraphStore(*connection, ontology=settings.ontology)
+        neo4j = backends.neo4j
+        return Neo4jGraphStore(
+            _required(neo4j.uri, "backends.neo4j.uri", "NEO4J_URI"),
+            _required(neo4j.user, "backends.neo4j.user", "NEO4J_USER"),
+            _secret(neo4j.password_env, required=True),
+            neo4j.database,
+            batch_size=neo4j.batch_size,
+            ontology=settings.ontology,
+        )
     from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 
-    return EmbeddedGraphStore(Path(settings.index_dir) / "graph.sqlite", read_only=read_only)
+    return EmbeddedGraphStore(graph_path(settings), read_only=read_only)
 
 
-def open_vector_store(settings: PipelineSettings, *, reader: bool) -> VectorStore:
-    if vector_backend() == "qdrant":
-        url, api_key = _required("QDRANT_URL"), os.environ.get("QDRANT_API_KEY") or None
+def open_vector_store(settings: PipelineSettings, *, reader: bool = False) -> VectorStore:
+    """The vector store; `reader=True`: the view queries get (the published version of the embedded store, which a
+    process keeps until it opens a new reader; a server has one view for writers and readers)."""
+    backends = settings.backends
+    if backends.vector == "qdrant":
         from graphrag_pipeline.lib.stores.qdrant_vectors import QdrantVectorStore
 
-        return QdrantVectorStore(url=url, api_key=api_key)
+        url = _required(backends.qdrant.url, "backends.qdrant.url", "QDRANT_URL")
+        return QdrantVectorStore(url=url, api_key=_secret(backends.qdrant.api_key_env, required=False))
     from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorReader, EdgeVectorStore
 
-    root = Path(settings.index_dir) / "vectors"
-    return EdgeVectorReader(root) if reader else EdgeVectorStore(root)
+    return EdgeVectorReader(vectors_path(settings)) if reader else EdgeVectorStore(vectors_path(settings))
+
+
+def store_kinds(settings: PipelineSettings) -> dict[str, str]:
+    """What each store is, by the names Dagster shows as asset kinds."""
+    return {"graph": "neo4j" if settings.backends.graph == "neo4j" else "sqlite", "vectors": "qdrant",
+            "state": "sqlite"}
+
+
+def _required(value: str | None, setting: str, variable: str) -> str:
+    if not value:
+        raise ValueError(f"{setting} must be set for this backend (in the configuration, or ${variable})")
+    return value
+
+
+def _secret(variable: str, *, required: bool) -> str | None:
+    value = os.environ.get(variable) or None
+    if value is None and required:
+        raise ValueError(f"${variable} must be set for this backend (the secret is read from the environment only)")
+    return value

@@ -10,7 +10,7 @@ import os
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Mapping, Union, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
@@ -334,6 +334,48 @@ SourceConfig = Annotated[
 ]
 
 
+class Neo4jConfig(StrictModel):
+    """A Neo4j (or any Bolt/Cypher) server. The password is never configuration, only the name of the environment
+    variable holding it."""
+
+    uri: str | None = None  # bolt://host:7687, neo4j+s://… (AuraDB); environment: NEO4J_URI
+    user: str | None = None  # environment: NEO4J_USER
+    password_env: str = "NEO4J_PASSWORD"
+    database: str | None = None  # environment: NEO4J_DATABASE; None: the server's default database
+    batch_size: int = Field(1000, ge=1)
+
+
+class QdrantConfig(StrictModel):
+    url: str | None = None  # http://host:6333; environment: QDRANT_URL
+    api_key_env: str = "QDRANT_API_KEY"  # the variable holding the API key, if the server wants one
+
+
+class BackendsConfig(StrictModel):
+    """Which store holds the graph and the vectors; `lib/backends.py` builds them from this and nothing else."""
+
+    graph: Literal["embedded", "neo4j"] = "embedded"  # environment: GRAPH_BACKEND
+    vector: Literal["embedded", "qdrant"] = "embedded"  # environment: VECTOR_BACKEND
+    neo4j: Neo4jConfig = Neo4jConfig()
+    qdrant: QdrantConfig = QdrantConfig()
+
+    @field_validator("graph", "vector", mode="before")
+    @classmethod
+    def _lower_case(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+
+# Environment variables that override the configuration files (deployments set backends and addresses this way; a
+# variable that is set but empty counts as unset).
+ENVIRONMENT_OVERRIDES = {
+    "GRAPH_BACKEND": ("backends", "graph"),
+    "VECTOR_BACKEND": ("backends", "vector"),
+    "NEO4J_URI": ("backends", "neo4j", "uri"),
+    "NEO4J_USER": ("backends", "neo4j", "user"),
+    "NEO4J_DATABASE": ("backends", "neo4j", "database"),
+    "QDRANT_URL": ("backends", "qdrant", "url"),
+}
+
+
 class ChecksConfig(StrictModel):
     """Thresholds of the asset checks that run with every materialization."""
 
@@ -355,6 +397,7 @@ class PipelineSettings(StrictModel):
     summaries: SummariesConfig = SummariesConfig()
     llm: LLMConfig = LLMConfig()
     checks: ChecksConfig = ChecksConfig()
+    backends: BackendsConfig = BackendsConfig()
 
     @model_validator(mode="after")
     def _types_in_ontology(self) -> "PipelineSettings":
@@ -418,9 +461,28 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
             raise ValueError(f"{config_file}: expected a mapping at the top level")
         user = _resolve_paths(user, config_file.resolve().parent)
         data = deep_merge(data, user)
+    data = deep_merge(data, environment_overrides())
     if overrides:
         data = deep_merge(data, overrides)
     return PipelineSettings.model_validate(data)
+
+
+def environment_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The settings that `ENVIRONMENT_OVERRIDES` variables set, as a nested mapping to merge over the files."""
+    environ = os.environ if environ is None else environ
+    overrides: dict[str, Any] = {}
+    for variable, path in ENVIRONMENT_OVERRIDES.items():
+        value = environ.get(variable, "").strip()
+        if value:
+            if path[-1] in BackendsConfig.model_fields and path[0] == "backends" and len(path) == 2:
+                allowed = get_args(BackendsConfig.model_fields[path[-1]].annotation)
+                if value.lower() not in allowed:
+                    raise ValueError(f"{variable}={value!r}: expected one of {', '.join(allowed)}")
+            node = overrides
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+            node[path[-1]] = value
+    return overrides
 
 
 def _resolve_paths(user: dict[str, Any], base: Path) -> dict[str, Any]:

@@ -1,14 +1,6 @@
 """A workspace bundles what the stages need: settings, the state store, the graph and vector stores, the embedder
-and the extractor. Embedded implementations are the defaults; any store or model can be injected instead (the
-Dagster resources do that for production backends).
-
-Index directory layout (embedded tier)::
-
-    <index_dir>/state.sqlite   documents, chunks, caches, merged elements, communities, quarantine
-    <index_dir>/graph.sqlite   the embedded graph store
-    <index_dir>/vectors/       Qdrant Edge shards: chunks, entities, communities (published versions for readers)
-    <index_dir>/llm_cache.sqlite  completions of the configured LLM (extractor/summarizer llm): unchanged input, no call
-    <index_dir>/llm_runs.sqlite   spend per Dagster run, when llm.budget_usd caps it
+and the extractor. Stores come from the backend factory (`lib/backends.py`, which also documents the index layout)
+as the settings choose them; tests inject instances or factories instead.
 """
 
 from __future__ import annotations
@@ -19,6 +11,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
+from graphrag_pipeline.lib import backends
 from graphrag_pipeline.lib.config import PipelineSettings
 from graphrag_pipeline.lib.ids import content_hash
 from graphrag_pipeline.lib.llm.accounting import RunLedger, Usage
@@ -28,7 +21,7 @@ from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.protocols import Embedder, GraphStore, VectorStore
 
 T = TypeVar("T")
-Provided = T | Callable[[], T] | None  # an instance, a factory called on first use, or None for the embedded default
+Provided = T | Callable[[], T] | None  # an instance, a factory called on first use, or None for the configured one
 
 EXTRACTOR_VERSION = "1"  # bump when the offline extractor's behaviour changes, so cached extractions are redone
 
@@ -38,9 +31,8 @@ def llm_usage(settings: PipelineSettings, run_id: str | None = None) -> Usage:
     budget, the cap covers every stage of that run (the spend is shared through ``llm_runs.sqlite``)."""
     ledger = None
     if run_id is not None and settings.llm.budget_usd is not None:
-        index_dir = Path(settings.index_dir)
-        index_dir.mkdir(parents=True, exist_ok=True)
-        ledger = RunLedger(index_dir / "llm_runs.sqlite", run_id)
+        Path(settings.index_dir).mkdir(parents=True, exist_ok=True)
+        ledger = RunLedger(backends.llm_runs_path(settings), run_id)
     return Usage(settings.llm.prices, settings.llm.budget_usd, ledger)
 
 
@@ -75,32 +67,26 @@ class Workspace:
     def state(self) -> StateStore:
         if self._state is not None:
             return _resolve(self._state)
-        return StateStore(self.index_dir / "state.sqlite")
+        return backends.open_state(self.settings)
 
     @cached_property
     def graph_store(self) -> GraphStore:
         if self._graph_store is not None:
             return _resolve(self._graph_store)
-        from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
-
-        return EmbeddedGraphStore(self.index_dir / "graph.sqlite")
+        return backends.open_graph_store(self.settings)
 
     @cached_property
     def vector_store(self) -> VectorStore:
         if self._vector_store is not None:
             return _resolve(self._vector_store)
-        from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorStore
-
-        return EdgeVectorStore(self.index_dir / "vectors")
+        return backends.open_vector_store(self.settings)
 
     @cached_property
     def published_vectors(self) -> VectorStore:
         """The vector collections as queries see them: the published version (a server has only one view)."""
         if self._published_vectors is not None:
             return _resolve(self._published_vectors)
-        from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorReader
-
-        return EdgeVectorReader(self.index_dir / "vectors")
+        return backends.open_vector_store(self.settings, reader=True)
 
     @cached_property
     def embedder(self) -> Embedder:
@@ -147,7 +133,7 @@ class Workspace:
         from graphrag_pipeline.lib.llm.runner import llm_runner
 
         self.index_dir.mkdir(parents=True, exist_ok=True)
-        return llm_runner(self.settings.llm, self.index_dir / "llm_cache.sqlite", usage=self.usage)
+        return llm_runner(self.settings.llm, backends.llm_cache_path(self.settings), usage=self.usage)
 
     @cached_property
     def _offline_extractor(self):

@@ -35,17 +35,15 @@ def open_index(
         settings = load_settings(config_path, **overrides)
     elif index_dir is not None:
         settings = settings.with_overrides(index_dir=str(index_dir))
-    root = Path(settings.index_dir)
-    if not (root / "state.sqlite").is_file():
-        raise IndexNotFoundError(f"no index at {root.resolve()}: materialize the pipeline's assets first")
-
-    from graphrag_pipeline.lib.backends import open_graph_store, open_vector_store
+    from graphrag_pipeline.lib.backends import open_graph_store, open_state, open_vector_store, state_path
     from graphrag_pipeline.lib.embedders import configured_embedder
-    from graphrag_pipeline.lib.state import StateStore
 
+    if not state_path(settings).is_file():
+        raise IndexNotFoundError(f"no index at {Path(settings.index_dir).resolve()}: materialize the pipeline's "
+                                 f"assets first")
     return QueryEngine(
         settings,
-        state=StateStore(root / "state.sqlite", read_only=True),
+        state=open_state(settings, read_only=True),
         graph_store=open_graph_store(settings, read_only=True),
         vector_store=open_vector_store(settings, reader=True),
         embedder=configured_embedder(settings, query=True),

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Mapping
 
 from dagster import (
@@ -37,9 +36,9 @@ from dagster import (
 
 from graphrag_pipeline.defs.partitions import SHARDS, shard_key
 from graphrag_pipeline.defs.resources import GraphRAGResource
+from graphrag_pipeline.lib.backends import open_state, state_path
 from graphrag_pipeline.lib.changes import changed_shards, of_sources, shard_fingerprints, source_hashes
 from graphrag_pipeline.lib.sources.registry import poll_seconds
-from graphrag_pipeline.lib.state import StateStore
 
 PER_DOCUMENT_ASSETS = ["raw_documents", "chunks", "embeddings", "extracted_elements"]
 CORPUS_WIDE_ASSETS = ["element_summaries", "graph", "communities", "community_summaries"]
@@ -76,11 +75,10 @@ build_index = define_asset_job(
 def indexed_fingerprints(graphrag: GraphRAGResource, kind: str | None = None) -> dict[int, str]:
     """Fingerprints of what the index holds (of the sources of one kind, or all), the baseline when a sensor starts
     without a cursor."""
-    settings = graphrag.pipeline.settings()
-    path = Path(settings.index_dir) / "state.sqlite"
-    if not path.is_file():
+    settings = graphrag.settings()
+    if not state_path(settings).is_file():
         return {}
-    state = StateStore(path, read_only=True)
+    state = open_state(settings, read_only=True)
     try:
         seen = state.seen_source_hashes()
     finally:
@@ -117,7 +115,7 @@ def source_sensor(kind: str):
             default_status=DefaultSensorStatus.RUNNING,
             description=f"Requests refresh_shards runs for the shards whose {kind} sources changed.")
     def _sensor(context: SensorEvaluationContext, graphrag: GraphRAGResource):
-        settings = graphrag.pipeline.settings()
+        settings = graphrag.settings()
         sources = [source for source in settings.sources if source.kind == kind]
         if not sources:
             return SkipReason(f"no {kind} source is configured")
@@ -165,7 +163,7 @@ def daily_refresh(context: ScheduleEvaluationContext, graphrag: GraphRAGResource
     """Once a day, compare the sources with what the index holds, whatever the sensor saw: catches changes made while
     the sensor was off; and re-run shards whose last run read their documents but did not get to extract them (a
     failed embedding or extraction step: the index already lists the new documents, so comparing alone misses it)."""
-    settings = graphrag.pipeline.settings()
+    settings = graphrag.settings()
     current = shard_fingerprints(source_hashes(settings), settings.shard_count)
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
     requests = shard_run_requests(current, indexed_fingerprints(graphrag), generation=0)
