@@ -75,49 +75,26 @@ from qdrant_edge import (
 
 from graphrag_pipeline.lib.ids import point_uuid
 from graphrag_pipeline.lib.models import VectorHit, VectorPoint
+from graphrag_pipeline.lib.stores.vector_points import (
+    DOC_IDS_KEY,
+    ID_KEY,
+    VECTOR_NAME,
+    CollectionNotFoundError,
+    as_vector,
+    check_collection_name,
+    check_new_collection,
+)
 
-VECTOR_NAME = "dense"
-ID_KEY = "_id"  # payload key holding the pipeline's own point id
-DOC_IDS_KEY = "doc_ids"
 BATCH_SIZE = 1_000
 _COPY_BLOCK = 1 << 20  # sparse copies write in blocks of this size and skip the all-zero ones
 _ZERO_BLOCK = bytes(_COPY_BLOCK)
 
-_COLLECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _VERSION_NAME = re.compile(r"^v(\d{6,})$")
 _EDGE_CONFIG_FILE = "edge_config.json"  # written by Qdrant Edge into every shard directory
 
 
-class CollectionNotFoundError(KeyError):
-    """The collection was never created (writer) or is not in the published version (reader)."""
-
-
 def _collection_config(dimension: int) -> EdgeConfig:
     return EdgeConfig(vectors={VECTOR_NAME: EdgeVectorParams(size=dimension, distance=Distance.Cosine)})
-
-
-def _check_collection_name(collection: str) -> None:
-    # The name becomes a directory name: no separators, no dot-files, nothing a shell would trip over.
-    if not _COLLECTION_NAME.match(collection):
-        raise ValueError(f"invalid collection name {collection!r}: use letters, digits, '_', '-', '.' (max 128)")
-
-
-def check_new_collection(collection: str, dimension: int) -> None:
-    """The arguments of ``ensure_collection`` every vector store accepts."""
-    _check_collection_name(collection)
-    if dimension < 1:
-        raise ValueError(f"dimension must be positive, got {dimension}")
-
-
-def _as_vector(vector: Sequence[float] | np.ndarray, dimension: int, what: str) -> list[float]:
-    array = np.asarray(vector, dtype=np.float32)
-    if array.shape != (dimension,):
-        raise ValueError(f"{what}: expected a vector of dimension {dimension}, got shape {array.shape}")
-    if not np.all(np.isfinite(array)):
-        raise ValueError(f"{what}: vector contains NaN or infinity")
-    if not np.any(array):
-        raise ValueError(f"{what}: the zero vector has no cosine similarity")
-    return array.tolist()
 
 
 def _match_filter(must_match: dict[str, Any] | None) -> Filter | None:
@@ -142,7 +119,7 @@ def _search(
         raise ValueError(f"limit must be at least 1, got {limit}")
     request = QueryRequest(
         limit=limit,
-        query=Query.Nearest(_as_vector(vector, dimension, "query"), using=VECTOR_NAME),
+        query=Query.Nearest(as_vector(vector, dimension, "query"), using=VECTOR_NAME),
         filter=_match_filter(must_match),
         with_payload=True,
         with_vector=False,
@@ -364,7 +341,7 @@ class EdgeVectorStore:
 
     def dimension(self, collection: str) -> int:
         if collection not in self._dimensions:
-            _check_collection_name(collection)
+            check_collection_name(collection)
             config_file = self._shard_dir(collection) / _EDGE_CONFIG_FILE
             if not config_file.exists():
                 raise CollectionNotFoundError(f"collection {collection!r} does not exist under {self.root}")
@@ -489,7 +466,7 @@ class EdgeVectorStore:
             raise ValueError(f"point id must be a non-empty string, got {point.point_id!r}")
         if ID_KEY in point.payload:
             raise ValueError(f"point {point.point_id!r}: payload key {ID_KEY!r} is reserved for the point id")
-        vector = _as_vector(point.vector, dimension, f"point {point.point_id!r}")
+        vector = as_vector(point.vector, dimension, f"point {point.point_id!r}")
         return Point(
             id=point_uuid(point.point_id),
             vector={VECTOR_NAME: vector},

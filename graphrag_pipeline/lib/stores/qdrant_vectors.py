@@ -34,13 +34,13 @@ from qdrant_client.http.exceptions import UnexpectedResponse
 
 from graphrag_pipeline.lib.ids import point_uuid
 from graphrag_pipeline.lib.models import VectorHit, VectorPoint
-from graphrag_pipeline.lib.stores.edge_vectors import (
+from graphrag_pipeline.lib.stores.vector_points import (
     DOC_IDS_KEY,
     ID_KEY,
     VECTOR_NAME,
     CollectionNotFoundError,
-    _as_vector,
-    _check_collection_name,
+    as_vector,
+    check_collection_name,
     check_new_collection,
 )
 
@@ -180,7 +180,7 @@ class QdrantVectorStore:
         """Nearest points by cosine similarity, best first; ``must_match`` values must equal (or be in) the field."""
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
-        query = _as_vector(vector, self.dimension(collection), "query")
+        query = as_vector(vector, self.dimension(collection), "query")
         query_filter = _match_filter(must_match)
         with self._call(collection):
             response = self._client.query_points(
@@ -239,7 +239,7 @@ class QdrantVectorStore:
 
     def dimension(self, collection: str) -> int:
         if collection not in self._dimensions:
-            _check_collection_name(collection)
+            check_collection_name(collection)
             with self._call(collection):
                 if not self._client.collection_exists(self._name(collection)):
                     raise CollectionNotFoundError(f"collection {collection!r} does not exist ({self._where()})")
@@ -256,7 +256,7 @@ class QdrantVectorStore:
 
     def drop_collection(self, collection: str) -> None:
         """Deletes the collection and its points (no error if it does not exist)."""
-        _check_collection_name(collection)
+        check_collection_name(collection)
         with self._call(None):
             self._client.delete_collection(self._name(collection))
         self._dimensions.pop(collection, None)
@@ -315,7 +315,7 @@ class QdrantVectorStore:
             raise ValueError(f"point id must be a non-empty string, got {point.point_id!r}")
         if ID_KEY in point.payload:
             raise ValueError(f"point {point.point_id!r}: payload key {ID_KEY!r} is reserved for the point id")
-        vector = _as_vector(point.vector, dimension, f"point {point.point_id!r}")
+        vector = as_vector(point.vector, dimension, f"point {point.point_id!r}")
         return models.PointStruct(
             id=point_uuid(point.point_id),
             vector={VECTOR_NAME: vector},
