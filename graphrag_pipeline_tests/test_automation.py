@@ -9,7 +9,7 @@ import pytest
 import yaml
 from dagster import RunRequest, SkipReason, build_schedule_context, build_sensor_context
 
-from graphrag_pipeline.defs.ingest.automation import daily_refresh, folder_source_sensor
+from graphrag_pipeline.defs.ingest.automation import daily_refresh, sensor_of
 from graphrag_pipeline.defs.partitions import SHARD_COUNT, SHARDS, shard_key, shard_of_key
 from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.changes import shard_fingerprints, source_hashes
@@ -79,7 +79,7 @@ def index_sources(config: Path) -> None:
 def sensor_tick(config: Path, cursor: str | None = None) -> tuple[list[RunRequest] | SkipReason, str | None]:
     resources = {"graphrag": GraphRAGResource(config_path=str(config))}
     with build_sensor_context(cursor=cursor, resources=resources) as context:
-        return folder_source_sensor(context), context.cursor
+        return sensor_of("folder")(context), context.cursor
 
 
 def schedule_tick(config: Path, instance) -> list[RunRequest] | SkipReason:
@@ -219,10 +219,9 @@ def test_a_reverted_edit_gets_a_new_run_key(config):
 
 
 def test_each_source_kind_has_its_own_sensor_and_one_without_sources_skips(config):
-    from graphrag_pipeline.defs.ingest.automation import catalog_source_sensor, confluence_source_sensor
-
+    
     resources = {"graphrag": GraphRAGResource(config_path=str(config))}
-    for kind_sensor in (confluence_source_sensor, catalog_source_sensor):
+    for kind_sensor in (sensor_of("confluence"), sensor_of("catalog")):
         with build_sensor_context(resources=resources) as context:
             result = kind_sensor(context)
         assert isinstance(result, SkipReason) and "is configured" in result.skip_message
@@ -233,7 +232,7 @@ def test_each_source_kind_has_its_own_sensor_and_one_without_sources_skips(confi
     settings["sources"].append({"name": "svc", "kind": "catalog", "path": "catalog", "poll_interval_seconds": 0})
     config.write_text(yaml.safe_dump(settings))
     with build_sensor_context(resources=resources) as context:
-        catalog_requests = catalog_source_sensor(context)
+        catalog_requests = sensor_of("catalog")(context)
     # Only the shards holding catalog entities are requested, with the catalog sensor's own run keys.
     catalog_shards = {shard_key(stable_shard(doc_id, SHARD_COUNT)) for doc_id in
                       source_hashes(

@@ -18,7 +18,7 @@ from dagster import (
 )
 
 from graphrag_pipeline.definitions import definitions_with
-from graphrag_pipeline.defs.ingest.automation import daily_refresh, folder_source_sensor
+from graphrag_pipeline.defs.ingest.automation import daily_refresh, sensor_of
 from graphrag_pipeline.defs.partitions import SHARD_COUNT, shard_key, shard_of_key
 from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.ids import stable_shard
@@ -166,7 +166,7 @@ def test_automation_sees_nothing_to_do_after_a_full_materialization(project, fir
     resources = {"graphrag": GraphRAGResource(config_path=str(project.config))}
     # Without a cursor the sensor's baseline is the index itself, so a full build must leave it nothing to request.
     with build_sensor_context(resources=resources) as context:
-        assert isinstance(folder_source_sensor(context), SkipReason)
+        assert isinstance(sensor_of("folder")(context), SkipReason)
     tick_time = datetime(2025, 1, 1, 3, tzinfo=timezone.utc)
     # A schedule context needs an instance it can reference (the project's is in memory); the schedule's comparison
     # of sources with the index is what this test is about.

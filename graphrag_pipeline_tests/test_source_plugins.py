@@ -94,5 +94,5 @@ def test_a_kind_without_a_reader_is_named_in_the_error():
 def test_every_registered_kind_has_its_source_sensor():
     from graphrag_pipeline.defs.ingest import automation
 
-    sensors = {name for name in vars(automation) if name.endswith("_source_sensor")}
+    sensors = {definition.name for definition in automation.SOURCE_SENSORS}
     assert sensors == {f"{kind}_source_sensor" for kind in registry.READERS}

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from dagster import build_sensor_context
 
-from graphrag_pipeline.defs.ingest.automation import folder_source_sensor
+from graphrag_pipeline.defs.ingest.automation import sensor_of
 from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.config import load_settings
 from graphrag_pipeline.lib.embedders import LocalEmbedder
@@ -92,13 +92,13 @@ def synced(tmp_path_factory):
     build(config)
     resources = {"graphrag": GraphRAGResource(config_path=str(config))}
     with build_sensor_context(resources=resources) as context:
-        folder_source_sensor(context)
+        sensor_of("folder")(context)
         cursor = context.cursor
 
     edited = config.parent / "corpus" / EDITED
     edited.write_text(edited.read_text() + "\n## Escalation\n\nEscalate to team-platform-oncall after 30 minutes.\n")
     with build_sensor_context(cursor=cursor, resources=resources) as context:
-        requests = folder_source_sensor(context)
+        requests = sensor_of("folder")(context)
         cursor = context.cursor
     embedder = CountingEmbedder()
     extracted_before = OfflineExtractor.extract
@@ -117,7 +117,7 @@ def synced(tmp_path_factory):
 
     (config.parent / "corpus" / DELETED).unlink()
     with build_sensor_context(cursor=cursor, resources=resources) as context:
-        delete_requests = folder_source_sensor(context)
+        delete_requests = sensor_of("folder")(context)
     build(config)
     after_delete = snapshot(config)
 

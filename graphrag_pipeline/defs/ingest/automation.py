@@ -27,6 +27,7 @@ from dagster import (
     RunRequest,
     RunsFilter,
     ScheduleEvaluationContext,
+    SensorDefinition,
     SensorEvaluationContext,
     SkipReason,
     define_asset_job,
@@ -38,7 +39,7 @@ from graphrag_pipeline.defs.partitions import SHARDS, shard_key
 from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.backends import open_state, state_path
 from graphrag_pipeline.lib.changes import changed_shards, of_sources, shard_fingerprints, source_hashes
-from graphrag_pipeline.lib.sources.registry import poll_seconds
+from graphrag_pipeline.lib.sources.registry import READERS, poll_seconds
 
 PER_DOCUMENT_ASSETS = ["raw_documents", "chunks", "embeddings", "extracted_elements"]
 CORPUS_WIDE_ASSETS = ["element_summaries", "graph", "communities", "community_summaries"]
@@ -152,10 +153,13 @@ def source_sensor(kind: str):
     return _sensor
 
 
-folder_source_sensor = source_sensor("folder")
-confluence_source_sensor = source_sensor("confluence")
-catalog_source_sensor = source_sensor("catalog")
-eval_set_source_sensor = source_sensor("eval_set")
+# One sensor per registered source kind: a new kind's reader brings its sensor with it.
+SOURCE_SENSORS = [source_sensor(kind) for kind in READERS]
+
+
+def sensor_of(kind: str) -> SensorDefinition:
+    """The source sensor of one kind (`<kind>_source_sensor`)."""
+    return next(definition for definition in SOURCE_SENSORS if definition.name == f"{kind}_source_sensor")
 
 
 @schedule(job=refresh_shards, cron_schedule="0 3 * * *", default_status=DefaultScheduleStatus.RUNNING)
