@@ -124,11 +124,12 @@ def evaluate(
         started = time.perf_counter()
         reports = build_everything(workspace)
         build_seconds = time.perf_counter() - started
+        graph_report = next(report for report in reports if report.stage == "graph")
         index_info = {
             "documents": workspace.state.document_count(),
             "chunks": workspace.state.chunk_count(),
-            "entities": reports[5].counts.get("entities", 0),
-            "relationships": reports[5].counts.get("relationships", 0),
+            "entities": graph_report.counts.get("entities", 0),
+            "relationships": graph_report.counts.get("relationships", 0),
             "quarantined": len(workspace.state.quarantined()),
             "build_seconds": round(build_seconds, 1),
             "stage_seconds": {r.stage: r.total_seconds for r in reports},

@@ -12,7 +12,7 @@ from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.checks import CheckOutcome
 from graphrag_pipeline.lib.llm.accounting import BudgetExceeded
 from graphrag_pipeline.lib.progress import EveryFewSeconds
-from graphrag_pipeline.lib.stages import StageReport
+from graphrag_pipeline.lib.stages import Stage, StageReport
 from graphrag_pipeline.lib.workspace import Workspace
 
 
@@ -30,16 +30,16 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run_stage(
-    stage: Callable[..., StageReport], context: AssetExecutionContext, graphrag: GraphRAGResource, *args: Any
-) -> MaterializeResult:
-    """Run a stage on a fresh workspace, close its stores, and report; the total is wall time, so a model loaded on
-    first use is counted too. Model spend counts against the budget of the whole Dagster run."""
+def run_stage(stage: Stage, context: AssetExecutionContext, graphrag: GraphRAGResource) -> MaterializeResult:
+    """Run a stage on a fresh workspace (a per-document stage over the run's shards), close its stores, and report;
+    the total is wall time, so a model loaded on first use is counted too. Model spend counts against the budget of
+    the whole Dagster run."""
+    args = (shards_of(context),) if stage.per_document else ()
     started = time.perf_counter()
     progress = EveryFewSeconds(context.log.info, seconds=PROGRESS_LOG_SECONDS)
     with graphrag.workspace(run_id=context.run_id, progress_listeners=[progress]) as workspace:
         try:
-            report = stage(workspace, *args)
+            report = stage.run(workspace, *args)
         except BudgetExceeded as error:
             # A clean stop, not a crash: what was already paid for is in the completion cache, so raising the
             # budget and re-running continues where this run stopped without paying twice.

@@ -347,22 +347,6 @@ class StateStore:
             found.extend(_chunk_from_row(r) for r in rows)
         return found
 
-    def chunk_titles(self, chunk_ids: Iterable[str]) -> dict[str, str]:
-        """chunk id -> title of its document."""
-        id_list = list(set(chunk_ids))
-        titles: dict[str, str] = {}
-        for start in range(0, len(id_list), 900):
-            batch = id_list[start : start + 900]
-            titles.update(self.query(
-                "SELECT c.chunk_id, d.title FROM chunks c JOIN documents d ON d.doc_id = c.doc_id "
-                f"WHERE c.chunk_id IN ({','.join('?' * len(batch))})",
-                batch,
-            ))
-        return titles
-
-    def chunk_shards(self) -> dict[str, int]:
-        return dict(self.query("SELECT chunk_id, shard FROM chunks"))
-
     def chunk_ids(self) -> list[str]:
         return [row[0] for row in self.query("SELECT chunk_id FROM chunks")]
 

@@ -1,14 +1,14 @@
 from dagster import AssetExecutionContext, MaterializeResult, asset
 
 from graphrag_pipeline.defs.partitions import SHARDS, SINGLE_RUN
-from graphrag_pipeline.defs.reporting import run_stage, shards_of
+from graphrag_pipeline.defs.reporting import run_stage
 from graphrag_pipeline.defs.resources import GraphRAGResource
-from graphrag_pipeline.lib.stages import chunk_documents
+from graphrag_pipeline.lib.stages import stage
 
 
-@asset(deps=["raw_documents"], partitions_def=SHARDS, backfill_policy=SINGLE_RUN, group_name="index",
+@asset(deps=stage("chunks").reads, partitions_def=SHARDS, backfill_policy=SINGLE_RUN, group_name="index",
        kinds={"python", "sqlite"})
 def chunks(context: AssetExecutionContext, graphrag: GraphRAGResource) -> MaterializeResult:
     """Recursive (heading → paragraph → sentence) or fixed-size chunks in the embedder's tokens; only documents whose
     content or chunking configuration changed are re-chunked."""
-    return run_stage(chunk_documents, context, graphrag, shards_of(context))
+    return run_stage(stage("chunks"), context, graphrag)

@@ -1,14 +1,14 @@
 from dagster import AssetExecutionContext, MaterializeResult, asset
 
 from graphrag_pipeline.defs.partitions import SHARDS, SINGLE_RUN
-from graphrag_pipeline.defs.reporting import run_stage, shards_of
+from graphrag_pipeline.defs.reporting import run_stage
 from graphrag_pipeline.defs.resources import GraphRAGResource
-from graphrag_pipeline.lib.stages import embed_chunks
+from graphrag_pipeline.lib.stages import stage
 
 
-@asset(deps=["chunks"], partitions_def=SHARDS, backfill_policy=SINGLE_RUN, group_name="index",
+@asset(deps=stage("embeddings").reads, partitions_def=SHARDS, backfill_policy=SINGLE_RUN, group_name="index",
        kinds={"python", "qdrant"})
 def embeddings(context: AssetExecutionContext, graphrag: GraphRAGResource) -> MaterializeResult:
     """Chunk vectors (title and headings as context) upserted into the `chunks` collection; vectors of removed chunks
     are deleted, and a persistent cache means unchanged text is never embedded twice."""
-    return run_stage(embed_chunks, context, graphrag, shards_of(context))
+    return run_stage(stage("embeddings"), context, graphrag)

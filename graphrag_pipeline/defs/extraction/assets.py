@@ -1,14 +1,14 @@
 from dagster import AssetExecutionContext, MaterializeResult, asset
 
 from graphrag_pipeline.defs.partitions import SHARDS, SINGLE_RUN
-from graphrag_pipeline.defs.reporting import run_stage, shards_of
+from graphrag_pipeline.defs.reporting import run_stage
 from graphrag_pipeline.defs.resources import GraphRAGResource
-from graphrag_pipeline.lib.stages import extract_elements
+from graphrag_pipeline.lib.stages import stage
 
 
-@asset(deps=["chunks", "embeddings"], partitions_def=SHARDS, backfill_policy=SINGLE_RUN, group_name="graph",
+@asset(deps=stage("extracted_elements").reads, partitions_def=SHARDS, backfill_policy=SINGLE_RUN, group_name="graph",
        kinds={"python", "spacy"})
 def extracted_elements(context: AssetExecutionContext, graphrag: GraphRAGResource) -> MaterializeResult:
     """Typed entity and relationship mentions per chunk (dictionary and pattern spotters, spaCy NER, sentence
     co-occurrence), cached per chunk content and extractor configuration."""
-    return run_stage(extract_elements, context, graphrag, shards_of(context))
+    return run_stage(stage("extracted_elements"), context, graphrag)

@@ -40,9 +40,10 @@ from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.backends import open_state, state_path
 from graphrag_pipeline.lib.changes import changed_shards, of_sources, shard_fingerprints, source_hashes
 from graphrag_pipeline.lib.sources.registry import READERS, poll_seconds
+from graphrag_pipeline.lib.stages import CORPUS_WIDE, PER_DOCUMENT
 
-PER_DOCUMENT_ASSETS = ["raw_documents", "chunks", "embeddings", "extracted_elements"]
-CORPUS_WIDE_ASSETS = ["element_summaries", "graph", "communities", "community_summaries"]
+PER_DOCUMENT_ASSETS = list(PER_DOCUMENT)
+CORPUS_WIDE_ASSETS = list(CORPUS_WIDE)
 
 # When a corpus-wide asset follows: a parent was updated since this asset was last requested or updated, and no
 # parent (no shard run) is still running — several shard runs landing close together make one corpus-wide run.

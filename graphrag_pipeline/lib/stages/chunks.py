@@ -1,0 +1,38 @@
+"""Stage 2, `chunks`: token-aware chunks of each new or changed document."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from graphrag_pipeline.lib.chunking import chunk_document
+from graphrag_pipeline.lib.ids import content_hash, stable_shard
+from graphrag_pipeline.lib.stages.embeddings import EMBEDDING_CONTEXT_TOKENS
+from graphrag_pipeline.lib.stages.report import StageReport
+from graphrag_pipeline.lib.workspace import Workspace
+
+
+def chunk_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
+    report = StageReport("chunks")
+    shard_set = set(shards)
+    config = ws.settings.chunking
+    # Room for the title and heading path the chunk is embedded with (see chunk_embedding_text).
+    size = min(config.size, ws.embedder.max_tokens - EMBEDDING_CONTEXT_TOKENS)
+    overlap = min(config.overlap, size // 4)
+    key = content_hash(config.strategy, str(size), str(overlap), ws.embedder.name)
+    with report.timed("select"):
+        documents = ws.state.documents_to_chunk(shard_set, key)
+    produced = 0
+    tokenizer = ws.tokenizer
+    progress = ws.progress(report.stage, "chunk documents", len(documents))
+    with report.timed("chunk"):
+        for doc in documents:
+            chunks = chunk_document(doc, strategy=config.strategy, size=size, overlap=overlap, tokenizer=tokenizer)
+            ws.state.replace_chunks(doc, stable_shard(doc.doc_id, ws.settings.shard_count), chunks, key)
+            produced += len(chunks)
+            if len(report.sample) < 5 and chunks:
+                report.sample.append({"chunk_id": chunks[0].chunk_id, "doc_id": doc.doc_id,
+                                      "tokens": chunks[0].token_count, "text": chunks[0].text[:80]})
+            progress.advance()
+    report.counts.update(documents_rechunked=len(documents), chunks_written=produced,
+                         chunk_size=size, chunk_overlap=overlap)
+    return report

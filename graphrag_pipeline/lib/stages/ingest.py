@@ -1,0 +1,68 @@
+"""Stage 1, `raw_documents`: read every configured source into the document table."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from graphrag_pipeline.lib.ids import stable_shard
+from graphrag_pipeline.lib.sources.reader import STAGE as SOURCES_STAGE
+from graphrag_pipeline.lib.sources.reader import ReadContext
+from graphrag_pipeline.lib.sources.registry import read_source
+from graphrag_pipeline.lib.stages.report import StageReport
+from graphrag_pipeline.lib.workspace import Workspace
+
+
+def ingest_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
+    """Read every configured source, keep the documents of `shards`, and record new, changed and deleted ones."""
+    report = StageReport("raw_documents")
+    shard_set = set(shards)
+    count = ws.settings.shard_count
+    context = ReadContext(shards=frozenset(shard_set), marks=ws.state)
+    progress = ws.progress(report.stage, "read sources", len(ws.settings.sources))
+    for source in ws.settings.sources:
+        with report.timed("read"):
+            scan = read_source(source, context)
+        in_shards = [d for d in scan.documents if stable_shard(d.doc_id, count) in shard_set]
+        known = ws.state.document_hashes(shard_set, source=source.name)
+        changed = [d for d in in_shards if known.get(d.doc_id) != d.content_hash]
+        present = {d.doc_id for d in in_shards}
+        quarantined_ids = {q.item_id for q in scan.quarantined}
+        # ``hashes`` lists every item the source holds (an incremental read returns only the modified documents);
+        # an item that failed to read this time is not deleted either: keep its last good version.
+        deleted = sorted(set(known) - set(scan.hashes) - quarantined_ids)
+        with report.timed("write"):
+            if changed:
+                ws.state.upsert_documents(changed, {d.doc_id: stable_shard(d.doc_id, count) for d in changed})
+            if deleted:
+                ws.state.delete_documents(deleted)
+            extractions = {k: v for k, v in scan.extractions.items() if k in present}
+            if extractions:
+                ws.state.store_source_extractions(extractions)
+            # Problems are re-reported on every read: forget the old verdicts on changed files, then record today's.
+            ws.state.clear_quarantine(SOURCES_STAGE, [d.doc_id for d in changed])
+            if scan.quarantined:
+                ws.state.quarantine(scan.quarantined)
+            seen = {doc_id: h for doc_id, h in scan.hashes.items() if stable_shard(doc_id, count) in shard_set}
+            ws.state.record_seen_sources(shard_set, seen, {d: stable_shard(d, count) for d in seen}, source.name)
+        new_ids = {d.doc_id for d in changed} - set(known)
+        report.counts[f"{source.name}.documents"] = len(in_shards)
+        report.counts.update({f"{source.name}.{name}": value for name, value in scan.counts.items()})
+        report.counts["documents"] = report.counts.get("documents", 0) + len(in_shards)
+        report.counts["new"] = report.counts.get("new", 0) + len(new_ids)
+        report.counts["changed"] = report.counts.get("changed", 0) + len(changed) - len(new_ids)
+        report.counts["unchanged"] = report.counts.get("unchanged", 0) + len(in_shards) - len(changed)
+        report.counts["deleted"] = report.counts.get("deleted", 0) + len(deleted)
+        report.counts["quarantined"] = report.counts.get("quarantined", 0) + len(scan.quarantined)
+        report.sample += [{"doc_id": d.doc_id, "title": d.title, "chars": len(d.text)} for d in changed[:5]]
+        # What this run brought the index up to date with, for the UI's staleness report.
+        if scan.revision:
+            report.notes.append(f"{source.name} read at git revision {scan.revision}")
+        report.notes += [f"new {d}" for d in sorted(new_ids)[:STALENESS_LISTED]]
+        report.notes += [f"changed {d.doc_id}" for d in changed if d.doc_id not in new_ids][:STALENESS_LISTED]
+        report.notes += [f"deleted {d}" for d in deleted[:STALENESS_LISTED]]
+        report.notes += [f"quarantined {q.item_id}: {q.reason}" for q in scan.quarantined[:10]]
+        progress.advance()
+    return report
+
+
+STALENESS_LISTED = 20  # documents named per kind of change in a run's notes (the counts are always complete)

@@ -1,0 +1,73 @@
+"""Keeping a vector collection equal to what a stage wants in it, embedding only what is new or changed (used by the
+embeddings, graph and community-summaries stages)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+import numpy as np
+
+from graphrag_pipeline.lib.ids import content_hash
+from graphrag_pipeline.lib.models import VectorPoint
+from graphrag_pipeline.lib.stages.report import StageReport
+from graphrag_pipeline.lib.workspace import Workspace
+
+GLOBAL_SHARD = -1  # indexed_points shard for collections that are not partitioned (entities, communities)
+# Texts per embed-and-upsert round: large enough for the model's own batching, small enough that progress moves and a
+# killed run keeps most of its work (each round is cached and recorded).
+EMBEDDING_BATCH = 512
+
+
+def embed_texts_cached(ws: Workspace, texts: Sequence[str], report: StageReport) -> np.ndarray:
+    """Embed with the persistent cache: a text the model has seen before costs a lookup, not an inference."""
+    hashes = [content_hash(t) for t in texts]
+    cached = ws.state.cached_embeddings(ws.embedder.name, hashes)
+    missing = {h: t for h, t in zip(hashes, texts) if h not in cached}
+    if missing:
+        with report.timed("embed"):
+            vectors = ws.embedder.embed(list(missing.values()))
+        fresh = dict(zip(missing.keys(), vectors))
+        ws.state.cache_embeddings(ws.embedder.name, fresh)
+        cached.update(fresh)
+    report.counts["embedded"] = report.counts.get("embedded", 0) + len(missing)
+    report.counts["embedding_cache_hits"] = report.counts.get("embedding_cache_hits", 0) + len(texts) - len(missing)
+    if not texts:
+        return np.zeros((0, ws.embedding_dimension), dtype=np.float32)
+    return np.stack([cached[h] for h in hashes])
+
+
+def sync_points(
+    ws: Workspace,
+    collection: str,
+    wanted: dict[str, tuple[int, str, dict[str, Any]]],  # point id -> (shard, text to embed, payload)
+    shards: set[int] | None,
+    report: StageReport,
+) -> None:
+    """Make `collection` (restricted to `shards`) hold exactly `wanted`, embedding only what is new or changed."""
+    report.counts.setdefault("embedded", 0)
+    report.counts.setdefault("embedding_cache_hits", 0)
+    indexed = ws.state.indexed_points(collection, shards)
+    keys = {pid: content_hash(text, json.dumps(payload, sort_keys=True)) for pid, (_, text, payload) in wanted.items()}
+    stale = sorted(pid for pid, key in keys.items() if indexed.get(pid) != key)
+    removed = sorted(set(indexed) - set(wanted))
+    ws.vector_store.ensure_collection(collection, ws.embedding_dimension)
+    progress = ws.progress(report.stage, f"embed {collection}", len(stale))
+    for start in range(0, len(stale), EMBEDDING_BATCH):
+        batch = stale[start : start + EMBEDDING_BATCH]
+        vectors = embed_texts_cached(ws, [wanted[pid][1] for pid in batch], report)
+        with report.timed("upsert"):
+            ws.vector_store.upsert(
+                collection, [VectorPoint(pid, vec, wanted[pid][2]) for pid, vec in zip(batch, vectors)]
+            )
+        ws.state.record_indexed_points(collection, {pid: (wanted[pid][0], keys[pid]) for pid in batch}, [])
+        progress.advance(len(batch))
+    if removed:
+        with report.timed("delete"):
+            ws.vector_store.delete(collection, removed)
+        ws.state.record_indexed_points(collection, {}, removed)
+    with report.timed("publish"):
+        ws.vector_store.publish()
+    report.counts[f"{collection}_upserted"] = len(stale)
+    report.counts[f"{collection}_deleted"] = len(removed)
+    report.counts[f"{collection}_unchanged"] = len(wanted) - len(stale)
