@@ -8,7 +8,7 @@ Wire protocols:
 - Ollama: ``POST /api/chat`` (structured output as ``format: <schema>``) and ``POST /api/embed``; tokens from
   ``prompt_eval_count`` / ``eval_count``.
 
-Every request goes through ``JsonHttp``: at most ``concurrency`` requests in flight per client, a timeout, and retries
+Every request goes through ``JsonHttp``: at most ``concurrency`` requests in flight per client, a timeout, and retries (``lib/http.py``)
 on 429, 5xx, timeouts and connection errors with exponential backoff and full jitter (a server's ``Retry-After`` is
 waited out instead, capped at ``max_backoff_seconds`` so a server cannot park the pipeline for an hour). Other 4xx
 are the caller's mistake and fail at once. After ``CIRCUIT_BREAKER_THRESHOLD`` consecutive calls have failed for
@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import random
 import re
 import threading
 import time
@@ -45,7 +44,7 @@ import numpy as np
 
 from graphrag_pipeline.lib.config import EmbedderConfig, LLMConfig
 from graphrag_pipeline.lib.llm.accounting import Usage, approximate_tokens
-from graphrag_pipeline.lib.http import retry_after_seconds
+from graphrag_pipeline.lib.http import RetryPolicy, send_with_retries
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +151,7 @@ class JsonHttp:
         self._config = config
         self._usage = usage
         self._sleep = sleep
+        self._retry = RetryPolicy(config.max_retries + 1, config.backoff_seconds, config.max_backoff_seconds)
         self._slots = threading.BoundedSemaphore(config.concurrency)
         self._closed = False
         # Circuit breaker state, under its lock: see CIRCUIT_BREAKER_THRESHOLD.
@@ -171,42 +171,34 @@ class JsonHttp:
         if self._closed:
             raise LLMError(f"POST {self.base_url}{path} not attempted: the client is closed")
         self._check_circuit(path)
-        attempts = self._config.max_retries + 1
-        last_error = ""
-        unavailable = False  # whether the last failure says the server is unreachable (feeds the circuit breaker)
-        for attempt in range(attempts):
-            retry_after: float | None = None
-            try:
-                with self._slots:
-                    response = self._client.post(path, json=body)
-            except httpx.TransportError as error:  # timeouts, refused or dropped connections
-                last_error, unavailable = f"{type(error).__name__}: {error}", True
-            except httpx.RequestError as error:  # a reply that could not be read (bad encoding, redirect loop)
-                last_error, unavailable = f"{type(error).__name__}: {error}", False
-            else:
-                if response.is_success:
-                    self._server_answered()
-                    return _json_body(response, path)
-                excerpt = response.text[:ERROR_BODY_CHARS]
-                if response.status_code != 429 and response.status_code < 500:
-                    self._server_answered()
-                    raise LLMRequestRejected(
-                        f"POST {self.base_url}{path} was rejected with HTTP {response.status_code}: {excerpt}",
-                        response.status_code, excerpt,
-                    )
-                last_error = f"HTTP {response.status_code}: {excerpt}"
-                unavailable = response.status_code >= 500
-                retry_after = retry_after_seconds(response.headers.get("Retry-After"))
-            if attempt + 1 == attempts:
-                break
+        def send() -> httpx.Response:
+            with self._slots:
+                return self._client.post(path, json=body)
+
+        def retrying(retry: int, error: str, wait: float) -> None:
             self._usage.record_retry()
-            wait = self._backoff(attempt, retry_after)
-            log.warning("POST %s%s failed (%s); retry %d/%d in %.2fs", self.base_url, path, last_error,
-                        attempt + 1, self._config.max_retries, wait)
-            self._sleep(wait)
-        if unavailable:
-            self._server_unavailable(last_error)
-        raise LLMError(f"POST {self.base_url}{path} failed after {attempts} attempts: {last_error}")
+            log.warning("POST %s%s failed (%s); retry %d/%d in %.2fs", self.base_url, path, error, retry,
+                        self._config.max_retries, wait)
+
+        try:
+            attempts = send_with_retries(send, self._retry, sleep=self._sleep, on_retry=retrying,
+                                         excerpt_chars=ERROR_BODY_CHARS)
+        except httpx.RequestError as error:  # a reply that could not be read (bad encoding, redirect loop)
+            raise LLMError(f"POST {self.base_url}{path} failed: {type(error).__name__}: {error}") from error
+        response = attempts.response
+        if response is None:
+            if attempts.server_failing:
+                self._server_unavailable(attempts.last_error)
+            raise LLMError(f"POST {self.base_url}{path} failed after {self._retry.attempts} attempts: "
+                           f"{attempts.last_error}")
+        self._server_answered()
+        if response.is_success:
+            return _json_body(response, path)
+        excerpt = response.text[:ERROR_BODY_CHARS]
+        raise LLMRequestRejected(
+            f"POST {self.base_url}{path} was rejected with HTTP {response.status_code}: {excerpt}",
+            response.status_code, excerpt,
+        )
 
     def _check_circuit(self, path: str) -> None:
         """Fail at once while the breaker is open; once the cooldown is over, let one call through as a probe."""
@@ -239,13 +231,6 @@ class JsonHttp:
                     log.warning("%s looks down: %d consecutive calls failed after all retries (last: %s); further "
                                 "calls fail at once, one probe every %.0fs", self.base_url,
                                 self._consecutive_unavailable, error, CIRCUIT_BREAKER_COOLDOWN_SECONDS)
-
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        cap = self._config.max_backoff_seconds
-        if retry_after is not None:
-            return min(retry_after, cap)
-        # Full jitter: concurrent workers that failed together do not come back together.
-        return random.uniform(0, min(cap, self._config.backoff_seconds * 2**attempt))
 
     def close(self) -> None:
         self._closed = True

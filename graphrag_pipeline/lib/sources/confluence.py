@@ -90,7 +90,6 @@ import html
 import json
 import logging
 import os
-import random
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -101,7 +100,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from graphrag_pipeline.lib.config import ConfluenceSource
-from graphrag_pipeline.lib.http import retry_after_seconds
+from graphrag_pipeline.lib.http import RetryPolicy, send_with_retries
 from graphrag_pipeline.lib.ids import content_hash
 from graphrag_pipeline.lib.models import Document, Quarantined
 from graphrag_pipeline.lib.sources.html_text import html_to_text
@@ -175,9 +174,7 @@ class ConfluenceClient:
         self._v2_limit = min(page_limit, V2_MAX_LIMIT)
         self.source_name = source_name
         self._auth_hint = auth_hint
-        self._max_attempts = max(1, max_attempts)
-        self._backoff = backoff_seconds
-        self._max_backoff = max_backoff_seconds
+        self._retry = RetryPolicy(max(1, max_attempts), backoff_seconds, max_backoff_seconds)
         self._sleep = sleep
         auth: httpx.Auth | None = httpx.BasicAuth(user, token) if user else None
         headers = {"Accept": "application/json"}
@@ -453,51 +450,40 @@ class ConfluenceClient:
     def _fetch(self, url: str, params: dict[str, str] | None, space: str) -> tuple[dict[str, Any], str | None]:
         """The JSON object a GET answers, and the URL of its ``Link: <...>; rel="next"`` header if any."""
         where = f"Confluence source {self.source_name!r}, space {space!r}"
-        last_error = ""
-        for attempt in range(self._max_attempts):
-            retry_after: float | None = None
+
+        def retrying(retry: int, error: str, wait: float) -> None:
+            log.warning("%s: GET %s failed (%s); retry %d/%d in %.2fs", where, url, error, retry,
+                        self._retry.attempts - 1, wait)
+
+        try:
+            attempts = send_with_retries(lambda: self._http.get(url, params=params), self._retry, sleep=self._sleep,
+                                         on_retry=retrying, excerpt_chars=_ERROR_EXCERPT)
+        except httpx.RequestError as error:
+            raise ConfluenceError(f"{where}: GET {url} failed: {type(error).__name__}: {error}") from error
+        response = attempts.response
+        if response is None:
+            raise ConfluenceError(f"{where}: GET {url} failed after {self._retry.attempts} attempts: "
+                                  f"{attempts.last_error}")
+        if response.is_success:
             try:
-                response = self._http.get(url, params=params)
-            except httpx.TransportError as error:  # timeouts, refused or dropped connections
-                last_error = f"{type(error).__name__}: {error}"
-            except httpx.RequestError as error:
-                raise ConfluenceError(f"{where}: GET {url} failed: {type(error).__name__}: {error}") from error
-            else:
-                if response.is_success:
-                    try:
-                        data = response.json()
-                    except ValueError as error:
-                        raise ConfluenceError(
-                            f"{where}: GET {url} answered HTTP {response.status_code} with a body that is not JSON: "
-                            f"{response.text[:_ERROR_EXCERPT]!r}"
-                        ) from error
-                    if not isinstance(data, dict):
-                        raise ConfluenceError(f"{where}: GET {url} answered JSON that is not an object")
-                    return data, response.links.get("next", {}).get("url")
-                status = response.status_code
-                excerpt = response.text[:_ERROR_EXCERPT]
-                if status in (401, 403):
-                    what = "authentication failed" if status == 401 else "permission denied"
-                    raise ConfluenceError(
-                        f"{where}: {what} (HTTP {status} from GET {url}); credentials used: {self._auth_hint}. "
-                        f"Server said: {excerpt}",
-                        status,
-                    )
-                if status != 429 and status < 500:
-                    raise ConfluenceError(f"{where}: GET {url} was rejected with HTTP {status}: {excerpt}", status)
-                last_error = f"HTTP {status}: {excerpt}"
-                retry_after = retry_after_seconds(response.headers.get("Retry-After"))
-            if attempt + 1 == self._max_attempts:
-                break
-            wait = (
-                min(retry_after, self._max_backoff)
-                if retry_after is not None
-                else random.uniform(0, min(self._max_backoff, self._backoff * 2**attempt))
+                data = response.json()
+            except ValueError as error:
+                raise ConfluenceError(
+                    f"{where}: GET {url} answered HTTP {response.status_code} with a body that is not JSON: "
+                    f"{response.text[:_ERROR_EXCERPT]!r}"
+                ) from error
+            if not isinstance(data, dict):
+                raise ConfluenceError(f"{where}: GET {url} answered JSON that is not an object")
+            return data, response.links.get("next", {}).get("url")
+        status, excerpt = response.status_code, response.text[:_ERROR_EXCERPT]
+        if status in (401, 403):
+            what = "authentication failed" if status == 401 else "permission denied"
+            raise ConfluenceError(
+                f"{where}: {what} (HTTP {status} from GET {url}); credentials used: {self._auth_hint}. "
+                f"Server said: {excerpt}",
+                status,
             )
-            log.warning("%s: GET %s failed (%s); retry %d/%d in %.2fs", where, url, last_error, attempt + 1,
-                        self._max_attempts - 1, wait)
-            self._sleep(wait)
-        raise ConfluenceError(f"{where}: GET {url} failed after {self._max_attempts} attempts: {last_error}")
+        raise ConfluenceError(f"{where}: GET {url} was rejected with HTTP {status}: {excerpt}", status)
 
 
 # ---------------------------------------------------------------------------------------------------------- readers
