@@ -200,7 +200,7 @@ def _format_response(response) -> str:
     lines = [f"Q: {response.question}  [{response.mode}"
              + (", no entity linked: plain vector search" if response.fell_back_to_vector else "") + "]"]
     if response.entities_mentioned:
-        lines.append("entities: " + ", ".join(f"{e['name']} ({e['type']})" for e in response.entities_mentioned[:10]))
+        lines.append("entities: " + ", ".join(f"{e.name} ({e.type})" for e in response.entities_mentioned[:10]))
     for position, result in enumerate(response.results, start=1):
         title = result.source.get("title", "")
         path = " → ".join(result.entity_path)
@@ -211,7 +211,7 @@ def _format_response(response) -> str:
         lines.append("    " + " ".join(result.text.split())[:200])
     if response.relationships:
         lines.append("relationships:")
-        lines += [f"  {r['source']} -[{r['type']}]-> {r['target']}" for r in response.relationships[:10]]
+        lines += [f"  {r.source} -[{r.type}]-> {r.target}" for r in response.relationships[:10]]
     return "\n".join(lines)
 
 

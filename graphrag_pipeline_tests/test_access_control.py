@@ -52,10 +52,10 @@ def test_a_caller_without_the_group_gets_nothing_derived_from_the_restricted_doc
         assert all(r.doc_id != "t:vault-incident.md" for r in response.results), mode
         assert all("vault" not in r.text.lower() for r in response.results)
         named = {n for r in response.results for n in r.entity_path}
-        named |= {e["name"] for e in response.entities_mentioned}
-        named |= {name for rel in response.relationships for name in (rel["source"], rel["target"])}
+        named |= {e.name for e in response.entities_mentioned}
+        named |= {name for fact in response.relationships for name in (fact.source, fact.target)}
         assert not named & restricted_names(), mode
-        assert all("t:vault-incident.md" not in rel["doc_ids"] for rel in response.relationships)
+        assert all("t:vault-incident.md" not in fact.doc_ids for fact in response.relationships)
     for result in index.query("vault-gateway hsm-proxy signing key", mode="global", top_k=10).results:
         assert not set(result.entity_path) & restricted_names()
         assert "vault" not in result.text.lower()
@@ -65,7 +65,7 @@ def test_a_caller_with_the_group_gets_it(index):
     response = index.query(QUESTION, top_k=3, groups=["payments-oncall", "sre"])
     assert response.results[0].doc_id == "t:vault-incident.md"
     assert "Krzysztof Obrembski" in response.results[0].text
-    assert {e["name"] for e in response.entities_mentioned} & restricted_names()
+    assert {e.name for e in response.entities_mentioned} & restricted_names()
     # Public documents stay readable to everyone, with or without groups.
     assert index.query("Who owns payments-api?", top_k=3).results[0].doc_id == "t:payments.md"
 

@@ -467,13 +467,13 @@ def test_the_catalog_alone_answers_which_services_frontend_depends_on_and_who_ow
     owners = _owners()
     response = boutique_index.query(QUESTION)
     (linked,) = response.entities_mentioned
-    assert (linked["name"], linked["type"]) == ("frontend", "Service")
+    assert (linked.name, linked.type) == ("frontend", "Service")
 
-    relationships = {(r["source"], r["type"], r["target"]): r for r in response.relationships}
+    relationships = {(r.source, r.type, r.target): r for r in response.relationships}
     for dependency in dependencies:
         edge = relationships[("frontend", "DEPENDS_ON", dependency)]
-        assert edge["predicates"] == ["depends on"] and edge["weight"] == 1.0
-        assert edge["doc_ids"] == ["ob:component:default/frontend"]
+        assert edge.predicates == ["depends on"] and edge.weight == 1.0
+        assert edge.doc_ids == ["ob:component:default/frontend"]
     assert ("frontend", "OWNED_BY", "team-storefront") in relationships
     # Every dependency's own page is among the results and names its owner (catalog facts, not co-occurrence).
     pages = {r.doc_id: r for r in response.results}
@@ -481,13 +481,13 @@ def test_the_catalog_alone_answers_which_services_frontend_depends_on_and_who_ow
         page = pages[f"ob:component:default/{dependency}"]
         assert f"{dependency} is owned by {owners[dependency]}." in page.text
         assert page.entity_path == ["frontend", dependency]
-    assert not any("co-occurs" in r["predicates"] or "mentions" in r["predicates"] for r in response.relationships)
+    assert not any("co-occurs" in r.predicates or "mentions" in r.predicates for r in response.relationships)
 
 
 def test_the_dependencies_owner_edges_are_in_the_response(boutique_index) -> None:
     dependencies = _addr_dependencies(CATALOGS / "online-boutique" / "kubernetes-manifests" / "frontend.yaml")
     owners = _owners()
-    relationships = {(r["source"], r["type"], r["target"]) for r in boutique_index.query(QUESTION).relationships}
+    relationships = {(r.source, r.type, r.target) for r in boutique_index.query(QUESTION).relationships}
     assert {(d, "OWNED_BY", owners[d]) for d in dependencies} <= relationships
 
 

@@ -127,6 +127,10 @@ def test_query_without_json_prints_a_readable_answer_with_titles(config, tmp_pat
         doc_id = re.search(r"\[(t:[^\]]+)\]$", line).group(1)
         assert line.endswith(f"{titles[doc_id]} [{doc_id}]")
     assert "[t:acme-robotics.md]" in ranked[0]
+    facts = lines[lines.index("relationships:") + 1:]
+    assert facts and all(re.fullmatch(r"  \S.* -\[[A-Z_]+\]-> \S.*", line) for line in facts)
+    assert any({"Acme Robotics", "Mirela Vantongeren"} == set(re.split(r" -\[[A-Z_]+\]-> ", line.strip()))
+               for line in facts)
 
 
 @pytest.mark.slow

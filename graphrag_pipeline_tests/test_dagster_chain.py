@@ -157,7 +157,7 @@ def test_the_materialized_index_answers_questions(project, first_run):
         assert response.doc_ids[0] == "t:acme-robotics.md"
         # Hybrid retrieval reached the graph the `graph` asset wrote, not only the chunk vectors.
         assert not response.fell_back_to_vector
-        assert "Acme Robotics" in [e["name"] for e in response.entities_mentioned]
+        assert "Acme Robotics" in [e.name for e in response.entities_mentioned]
         crash = index.query("What should I check when a pod is crash looping?", mode="vector", top_k=3)
         assert crash.doc_ids[0] == "t:KubePodCrashLooping.md"
 

@@ -5,7 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from graphrag_pipeline.query import IndexNotFoundError, open_index
+from graphrag_pipeline.query import MODES, RETRIEVERS, IndexNotFoundError, QueryParameters, open_index
 
 from .conftest import build, folder_settings
 
@@ -32,8 +32,8 @@ def test_hybrid_finds_the_second_hop_that_vector_search_misses(engine):
     assert bridge.entity_path[0] == "Acme Robotics" and bridge.entity_path[-1] == "Mirela Vantongeren"
     assert bridge.hops_from_query == 1
     assert bridge.citations[0].doc_id == BRIDGE_DOC and bridge.source["title"] == "Mirela Vantongeren"
-    assert any(e["name"] == "Acme Robotics" for e in hybrid.entities_mentioned)
-    assert any({r["source"], r["target"]} == {"Acme Robotics", "Mirela Vantongeren"} for r in hybrid.relationships)
+    assert any(e.name == "Acme Robotics" for e in hybrid.entities_mentioned)
+    assert any({r.source, r.target} == {"Acme Robotics", "Mirela Vantongeren"} for r in hybrid.relationships)
 
 
 def test_result_fields_and_scores_are_consistent(engine):
@@ -70,6 +70,63 @@ def test_max_hops_zero_cannot_cross_to_the_bridge_entity(engine):
         engine.query("   ")
     with pytest.raises(ValueError):
         engine.query(QUESTION, mode="telepathy")
+
+
+def test_unknown_or_out_of_range_parameters_are_refused_with_what_is_allowed(engine):
+    for bad, message in [
+        ({"mode": "telepathy"}, "mode must be one of vector, graph, hybrid, global; not 'telepathy'"),
+        ({"fusion": "max"}, "fusion must be one of weighted, rrf; not 'max'"),
+        ({"top_k": 0}, "top_k must be a whole number of at least 1, not 0"),
+        ({"max_hops": -1}, "max_hops must be between 0 and 3, not -1"),
+    ]:
+        with pytest.raises(ValueError) as refused:
+            engine.query(QUESTION, **bad)
+        assert str(refused.value) == message
+        with pytest.raises(ValueError):
+            engine.retrieve(QUESTION, **bad)
+    assert QueryParameters(mode="global", top_k=1, max_hops=0, fusion="rrf").mode == "global"
+
+
+def test_every_mode_has_one_retriever_and_answers_through_the_shared_path(engine):
+    assert set(RETRIEVERS) == set(MODES) == {"vector", "graph", "hybrid", "global"}
+    for mode in MODES:
+        response = engine.query(QUESTION, mode=mode, top_k=3)
+        assert response.mode == mode and 1 <= len(response.results) <= 3
+        # The question is embedded and the answer assembled once, the same way, whatever ranked the candidates.
+        assert list(response.timings_ms)[0] == "embed" and list(response.timings_ms)[-1] == "respond"
+        assert engine.retrieve(QUESTION, mode=mode, top_k=3).mode == mode
+
+
+def test_the_response_json_keeps_the_shape_agents_and_the_cli_read(engine):
+    """The keys and value types `to_dict()` had while linked entities and facts were plain dicts."""
+    entity_keys = {"id": str, "name": str, "type": str, "linked_by": str, "confidence": float}
+    fact_keys = {"source": str, "type": str, "target": str, "predicates": list, "weight": float, "doc_ids": list}
+    result_keys = {"chunk_id": str, "text": str, "doc_id": str, "source": dict, "entity_path": list,
+                   "vector_score": float, "graph_score": float, "combined_score": float, "hops_from_query": int,
+                   "citations": list}
+    for mode in MODES:
+        payload = json.loads(json.dumps(engine.query(QUESTION, mode=mode, top_k=5).to_dict()))
+        assert set(payload) == {"question", "mode", "results", "entities_mentioned", "relationships",
+                                "fell_back_to_vector", "timings_ms"}
+        assert payload["question"] == QUESTION and payload["mode"] == mode and payload["fell_back_to_vector"] is False
+        for result in payload["results"]:
+            assert {key: type(value) for key, value in result.items()} == result_keys
+            assert all(set(c) == {"doc_id", "chunk_id", "title", "uri"} for c in result["citations"])
+        for entity in payload["entities_mentioned"]:
+            assert {key: type(value) for key, value in entity.items()} == entity_keys
+        for fact in payload["relationships"]:
+            assert {key: type(value) for key, value in fact.items()} == fact_keys
+            assert all(isinstance(p, str) for p in fact["predicates"]) and fact["doc_ids"]
+
+    hybrid = engine.query(QUESTION, top_k=5)
+    payload = hybrid.to_dict()
+    acme = next(e for e in payload["entities_mentioned"] if e["name"] == "Acme Robotics")
+    assert list(acme) == list(entity_keys)  # field order too: the CLI's --json prints them in this order
+    assert acme["linked_by"] == "name:Acme Robotics" and acme["confidence"] == 1.0 and acme["type"] == "ORGANIZATION"
+    founded = next(f for f in payload["relationships"]
+                   if {f["source"], f["target"]} == {"Acme Robotics", "Mirela Vantongeren"})
+    assert list(founded) == list(fact_keys)
+    assert founded["doc_ids"] == ["t:acme-robotics.md"]  # the one passage naming both
 
 
 def test_global_mode_answers_from_community_summaries(engine):

@@ -1,4 +1,4 @@
-"""The retrieval mechanisms of graphrag_pipeline/query/engine.py, pinned one by one on a tiny purpose-built index.
+"""The retrieval mechanisms of graphrag_pipeline/query/retrievers.py, pinned one by one on a tiny purpose-built index.
 
 The index is built by the real pipeline stages (reader, chunker, offline extractor, merge, graph and vector sync),
 but with a deterministic bag-of-words embedder instead of MiniLM (`HashedEmbedder`: one bucket per word of the
@@ -6,7 +6,7 @@ test vocabulary, so no collisions), so every similarity below is a plain word-ov
 mapped to null, document titles not turned into entities), so each passage mentions exactly the entities written in
 `MENTIONS`. Every scenario uses its own vocabulary: a question shares words only with the passages of its scenario.
 
-What is pinned (see the engine's module docstring):
+What is pinned (see the retrievers' module docstring):
 * seeding: question-linked entities (name n-gram, or entity embedding >= 0.6) plus the entities of the top-5 entry
   chunks, weighted (similarity / best similarity) ** 3;
 * chunk graph score: max over reached entities of activation x specificity (1 / (1 + log10(mention count)))
@@ -37,7 +37,8 @@ from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorReader
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.lib.stores.protocols import Embedder, TraversalHit
 from graphrag_pipeline.lib.workspace import Workspace
-from graphrag_pipeline.query.engine import MAX_CHUNKS_PER_ENTITY, QueryEngine, Retrieval
+from graphrag_pipeline.query.engine import QueryEngine
+from graphrag_pipeline.query.retrievers import MAX_CHUNKS_PER_ENTITY, GraphRetriever, IndexReader, Retrieval
 
 from .conftest import folder_settings
 
@@ -422,10 +423,10 @@ def test_entities_in_more_than_200_chunks_are_ignored_when_chunks_are_scored(tmp
     with EmbeddedGraphStore(tmp_path / "graph.sqlite") as graph, StateStore(tmp_path / "state.sqlite") as state:
         graph.upsert_entities(entities)
         graph.set_chunk_mentions({c: [e.entity_id] for e in entities for c in e.chunk_ids})
-        scorer = QueryEngine(engine.settings, state=state, graph_store=graph, vector_store=engine.vectors,
-                             embedder=engine.embedder)  # never closed: the vector store is the module engine's
+        index = IndexReader(engine.settings.retrieval, state=state, graph=graph, vectors=engine.vectors)
+        scorer = GraphRetriever(index)
         reached = {e.entity_id: TraversalHit(e.entity_id, 0, 1.0, (e.entity_id,)) for e in entities}
-        scores, best = scorer._chunk_graph_scores(reached, {})
+        scores, best = scorer.chunk_graph_scores(reached, {})
     assert set(scores) == set(entities[0].chunk_ids)  # none of the 201-chunk entity's chunks
     assert all(score == pytest.approx(specificity(200)) for score in scores.values())
     assert set(best.values()) == {eid("Bounded Guild")}

@@ -16,7 +16,18 @@ from pathlib import Path
 
 from graphrag_pipeline.lib.config import PipelineSettings, load_settings
 from graphrag_pipeline.query.engine import QueryEngine
-from graphrag_pipeline.query.models import MODES, Citation, QueryResponse, QueryResult
+from graphrag_pipeline.query.models import (
+    MODES,
+    Citation,
+    Fact,
+    Fusion,
+    LinkedEntity,
+    Mode,
+    QueryParameters,
+    QueryResponse,
+    QueryResult,
+)
+from graphrag_pipeline.query.retrievers import RETRIEVERS, Retrieval, Retriever
 
 
 class IndexNotFoundError(FileNotFoundError):
@@ -50,4 +61,20 @@ def open_index(
     )
 
 
-__all__ = ["MODES", "Citation", "IndexNotFoundError", "QueryEngine", "QueryResponse", "QueryResult", "open_index"]
+__all__ = [
+    "MODES",
+    "RETRIEVERS",
+    "Citation",
+    "Fact",
+    "Fusion",
+    "IndexNotFoundError",
+    "LinkedEntity",
+    "Mode",
+    "QueryEngine",
+    "QueryParameters",
+    "QueryResponse",
+    "QueryResult",
+    "Retrieval",
+    "Retriever",
+    "open_index",
+]

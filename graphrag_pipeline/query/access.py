@@ -26,5 +26,6 @@ class ReaderAccess:
         return any(self.can_read(doc_id) for doc_id in doc_ids)
 
     def can_read_all(self, doc_ids: Iterable[str]) -> bool:
-        """For text written from all of them together: a community summary."""
+        """For text written from them: a chunk (its one document), a community summary (every document its
+        entities come from, since its text mixes them all)."""
         return all(self.can_read(doc_id) for doc_id in doc_ids)

@@ -1,12 +1,36 @@
-"""What a query returns. Plain dataclasses with `to_dict` so agents can serialize answers as JSON."""
+"""What a query takes and returns. Plain dataclasses with `to_dict` so agents can serialize answers as JSON."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 Mode = Literal["vector", "graph", "hybrid", "global"]
-MODES: tuple[str, ...] = ("vector", "graph", "hybrid", "global")
+MODES: tuple[Mode, ...] = get_args(Mode)
+Fusion = Literal["weighted", "rrf"]
+FUSIONS: tuple[Fusion, ...] = get_args(Fusion)
+MAX_HOPS = 3  # the bound `retrieval.max_hops` has in the configuration
+
+
+@dataclass(frozen=True)
+class QueryParameters:
+    """How one question is answered, checked on construction (the engine fills what the caller left unset from the
+    configuration)."""
+
+    mode: Mode
+    top_k: int
+    max_hops: int
+    fusion: Fusion
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}; not {self.mode!r}")
+        if not isinstance(self.top_k, int) or self.top_k < 1:
+            raise ValueError(f"top_k must be a whole number of at least 1, not {self.top_k!r}")
+        if not isinstance(self.max_hops, int) or not 0 <= self.max_hops <= MAX_HOPS:
+            raise ValueError(f"max_hops must be between 0 and {MAX_HOPS}, not {self.max_hops!r}")
+        if self.fusion not in FUSIONS:
+            raise ValueError(f"fusion must be one of {', '.join(FUSIONS)}; not {self.fusion!r}")
 
 
 @dataclass(frozen=True)
@@ -35,12 +59,35 @@ class QueryResult:
 
 
 @dataclass(frozen=True)
+class LinkedEntity:
+    """An entity the question names, and how it was recognized."""
+
+    id: str
+    name: str
+    type: str
+    linked_by: str  # "name:<the question's words that named it>" or "embedding" (the entities collection)
+    confidence: float  # 1 for a name; the cosine for an embedding match
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A relationship among the entities behind an answer: source -[type]-> target."""
+
+    source: str  # entity name
+    type: str  # the ontology's relationship type
+    target: str
+    predicates: list[str]  # how the documents phrased it
+    weight: float
+    doc_ids: list[str]  # up to 10 documents stating it that the caller may read
+
+
+@dataclass(frozen=True)
 class QueryResponse:
     question: str
-    mode: str
+    mode: Mode
     results: list[QueryResult]
-    entities_mentioned: list[dict[str, Any]]  # entities linked from the question: id, name, type, how linked
-    relationships: list[dict[str, Any]]  # subject → predicate → object among the entities behind the results
+    entities_mentioned: list[LinkedEntity]  # entities linked from the question
+    relationships: list[Fact]  # among the entities behind the results
     fell_back_to_vector: bool  # no entity could be linked, so the answer is plain vector search
     timings_ms: dict[str, float] = field(default_factory=dict)
 
