@@ -19,13 +19,17 @@ from .conftest import FIXTURES, build, folder_settings
 
 pytestmark = pytest.mark.slow
 
+def graph_contents(ws: Workspace) -> checks.GraphContents:
+    return checks.GraphContents.read(ws.graph_store)
+
+
 ALL_CHECKS = {
     "chunk_vectors": lambda ws: checks.chunk_vectors(ws.state, ws.published_vectors),
     "entity_vectors": lambda ws: checks.entity_vectors(ws.state, ws.published_vectors),
     "community_vectors": lambda ws: checks.community_vectors(ws.state, ws.published_vectors),
-    "graph_matches_elements": lambda ws: checks.graph_matches_elements(ws.state, ws.graph_store),
-    "relationships_have_entities": lambda ws: checks.relationships_have_entities(ws.graph_store),
-    "elements_have_provenance": lambda ws: checks.elements_have_provenance(ws.graph_store),
+    "graph_matches_elements": lambda ws: checks.graph_matches_elements(ws.state, graph_contents(ws)),
+    "relationships_have_entities": lambda ws: checks.relationships_have_entities(graph_contents(ws)),
+    "elements_have_provenance": lambda ws: checks.elements_have_provenance(graph_contents(ws)),
     "communities_cover_graph": lambda ws: checks.communities_cover_graph(ws.state, ws.graph_store),
     "quarantine_share": lambda ws: checks.quarantine_share(ws.state, ws.settings.checks.max_quarantine_share),
 }
@@ -167,8 +171,8 @@ def test_a_dagster_run_over_a_damaged_index_fails_the_check_in_the_run(tmp_path)
     from graphrag_pipeline.defs.resources import GraphRAGResource
 
     config = tmp_path / "graphrag.yaml"
-    config.write_text(yaml.safe_dump({"index_dir": "index", "shard_count": SHARD_COUNT,
-                                      "sources": [{"name": "t", "kind": "folder", "path": str(FIXTURES / "multihop")}]}))
+    source = {"name": "t", "kind": "folder", "path": str(FIXTURES / "multihop")}
+    config.write_text(yaml.safe_dump({"index_dir": "index", "shard_count": SHARD_COUNT, "sources": [source]}))
     job = definitions_with(GraphRAGResource(config_path=str(config))).resolve_job_def("build_index")
     every_shard = {"dagster/asset_partition_range_start": shard_key(0),
                    "dagster/asset_partition_range_end": shard_key(SHARD_COUNT - 1)}

@@ -52,11 +52,16 @@ def run_stage(stage: Stage, context: AssetExecutionContext, graphrag: GraphRAGRe
 
 
 def run_check(check: Callable[[Workspace], CheckOutcome], graphrag: GraphRAGResource) -> AssetCheckResult:
-    """Run an index check on a fresh workspace: a failure is an ERROR the UI shows on the asset, with its reason."""
+    """Run an index check on a fresh workspace."""
     with graphrag.workspace() as workspace:
-        outcome = check(workspace)
-    return AssetCheckResult(passed=outcome.passed, description=outcome.description,
-                            metadata=outcome.metadata, severity=AssetCheckSeverity.ERROR)
+        return check_result(check(workspace))
+
+
+def check_result(outcome: CheckOutcome, **identity: Any) -> AssetCheckResult:
+    """A failed check is an ERROR the UI shows on the asset, with its reason; `identity` names the check when one
+    function evaluates several (a multi-asset check)."""
+    return AssetCheckResult(passed=outcome.passed, description=outcome.description, metadata=outcome.metadata,
+                            severity=AssetCheckSeverity.ERROR, **identity)
 
 
 def to_result(report: StageReport, wall_seconds: float) -> MaterializeResult:

@@ -11,6 +11,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from graphrag_pipeline.lib.models import Entity, Relationship
 from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES, GraphStore, VectorStore
 
@@ -54,13 +55,25 @@ def community_vectors(state: StateStore, published: VectorStore) -> CheckOutcome
     return vectors_match(COMMUNITIES, set(state.community_summary_hashes()), published, "community summaries")
 
 
-def graph_matches_elements(state: StateStore, graph: GraphStore) -> CheckOutcome:
+@dataclass(frozen=True)
+class GraphContents:
+    """Every entity and relationship of the graph store, read once for the checks that look at all of them."""
+
+    entities: dict[str, Entity]
+    relationships: dict[str, Relationship]
+
+    @classmethod
+    def read(cls, graph: GraphStore) -> "GraphContents":
+        return cls(graph.get_entities(graph.all_entity_ids()), graph.get_relationships(graph.all_relationship_ids()))
+
+
+def graph_matches_elements(state: StateStore, contents: GraphContents) -> CheckOutcome:
     """The graph store holds exactly the merged entities and relationships the state has."""
     problems = []
     metadata: dict[str, Any] = {}
     for kind, expected, actual in (
-        ("entities", set(state.element_hashes("entity")), graph.all_entity_ids()),
-        ("relationships", set(state.element_hashes("relationship")), graph.all_relationship_ids()),
+        ("entities", set(state.element_hashes("entity")), set(contents.entities)),
+        ("relationships", set(state.element_hashes("relationship")), set(contents.relationships)),
     ):
         missing, extra = expected - actual, actual - expected
         metadata.update({f"{kind}_expected": len(expected), f"{kind}_missing": len(missing),
@@ -75,12 +88,11 @@ def graph_matches_elements(state: StateStore, graph: GraphStore) -> CheckOutcome
     return CheckOutcome(True, "the graph store holds exactly the index's entities and relationships", metadata)
 
 
-def relationships_have_entities(graph: GraphStore) -> CheckOutcome:
+def relationships_have_entities(contents: GraphContents) -> CheckOutcome:
     """No relationship points at an entity the graph does not hold."""
-    entity_ids = graph.all_entity_ids()
-    relationships = graph.get_relationships(graph.all_relationship_ids())
+    relationships = contents.relationships
     dangling = sorted(r.relationship_id for r in relationships.values()
-                      if r.source_id not in entity_ids or r.target_id not in entity_ids)
+                      if r.source_id not in contents.entities or r.target_id not in contents.entities)
     metadata = {"relationships": len(relationships), "dangling": len(dangling)}
     if dangling:
         return CheckOutcome(False, f"{len(dangling):,} of {len(relationships):,} relationships point at a missing "
@@ -88,11 +100,10 @@ def relationships_have_entities(graph: GraphStore) -> CheckOutcome:
     return CheckOutcome(True, f"all {len(relationships):,} relationships connect two existing entities", metadata)
 
 
-def elements_have_provenance(graph: GraphStore) -> CheckOutcome:
+def elements_have_provenance(contents: GraphContents) -> CheckOutcome:
     """Every entity and relationship names the documents (and an entity the chunks) it was read from: without
     provenance a delete cannot remove it and access control cannot decide who may see it."""
-    entities = graph.get_entities(graph.all_entity_ids())
-    relationships = graph.get_relationships(graph.all_relationship_ids())
+    entities, relationships = contents.entities, contents.relationships
     orphans = sorted(eid for eid, e in entities.items() if not e.doc_ids or not e.chunk_ids)
     orphans += sorted(rid for rid, r in relationships.items() if not r.doc_ids)
     metadata = {"entities": len(entities), "relationships": len(relationships), "without_provenance": len(orphans)}
@@ -125,13 +136,12 @@ def quarantine_share(state: StateStore, max_share: float) -> CheckOutcome:
     reasons. Records of items that are gone (a bad file since deleted, a failed chunk of an edited document) are kept
     for the record but no longer count."""
     sources, chunks = set(state.seen_source_hashes()), set(state.chunk_ids())
-    documents = {doc_id for doc_id, in state.query("SELECT doc_id FROM documents")}
+    # Reading quarantines items of a source (which the source may have dropped since); extraction quarantines chunks,
+    # or whole documents when their records come from a catalog or an eval set's extraction file.
+    extracted = chunks | {doc_id for doc_id, in state.query("SELECT doc_id FROM documents")}
     by_stage: dict[str, list] = defaultdict(list)
     for record in state.quarantined():
-        # Reading quarantines items of a source (which the source may have dropped since); extraction quarantines
-        # chunks, or whole documents when their records come from a catalog or an eval set's extraction file.
-        items = sources if record.stage != "extraction" else chunks | documents
-        if record.item_id in items:
+        if record.item_id in (extracted if record.stage == "extraction" else sources):
             by_stage[record.stage].append(record)
     metadata: dict[str, Any] = {"quarantined": sum(map(len, by_stage.values())), "max_share": max_share}
     failing, lines = [], []
