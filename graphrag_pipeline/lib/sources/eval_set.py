@@ -121,14 +121,21 @@ def _jsonl_records(source: EvalSetSource, path: Path, quarantined: list[Quaranti
     return records
 
 
-def _corpus_record_problem(record: Any) -> str | None:
+def _identified_record_problem(record: Any, fields: tuple[str, ...]) -> str | None:
+    """What is wrong with a line that must be a JSON object with an id and `fields`, or None."""
     if not isinstance(record, dict):
         return f"expected a JSON object, got {type(record).__name__}"
-    missing = [key for key in ("id", "title", "text") if key not in record]
+    missing = [key for key in ("id", *fields) if key not in record]
     if missing:
         return f"missing field(s): {', '.join(missing)}"
     if not _valid_id(record["id"]):
         return "field 'id' must be a non-empty string or an integer"
+    return None
+
+
+def _corpus_record_problem(record: Any) -> str | None:
+    if problem := _identified_record_problem(record, ("title", "text")):
+        return problem
     for key in ("title", "text"):
         if not isinstance(record[key], str):
             return f"field {key!r} must be a string, got {type(record[key]).__name__}"
@@ -136,13 +143,8 @@ def _corpus_record_problem(record: Any) -> str | None:
 
 
 def _extraction_record_problem(record: Any) -> str | None:
-    if not isinstance(record, dict):
-        return f"expected a JSON object, got {type(record).__name__}"
-    missing = [key for key in ("id", "entities", "triples") if key not in record]
-    if missing:
-        return f"missing field(s): {', '.join(missing)}"
-    if not _valid_id(record["id"]):
-        return "field 'id' must be a non-empty string or an integer"
+    if problem := _identified_record_problem(record, ("entities", "triples")):
+        return problem
     entities, triples = record["entities"], record["triples"]
     if not isinstance(entities, list) or not all(isinstance(name, str) for name in entities):
         return "field 'entities' must be a list of strings"
