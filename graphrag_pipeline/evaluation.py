@@ -24,7 +24,7 @@ from graphrag_pipeline.lib.progress import ProgressListener
 from graphrag_pipeline.lib.stages import build_everything
 from graphrag_pipeline.lib.workspace import Workspace
 
-EVAL_MODES = ("vector", "graph", "hybrid")
+EVAL_MODES = ("vector", "keyword", "graph", "hybrid")
 RECALL_AT = (2, 5, 10)
 
 

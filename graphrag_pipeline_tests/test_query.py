@@ -43,7 +43,8 @@ def test_result_fields_and_scores_are_consistent(engine):
     assert combined == sorted(combined, reverse=True)
     weights = engine.settings.retrieval
     for result in response.results:
-        expected = weights.vector_weight * result.vector_score + weights.graph_weight * result.graph_score
+        expected = (weights.vector_weight * result.vector_score + weights.graph_weight * result.graph_score
+                    + weights.keyword_weight * result.keyword_score + weights.relation_weight * result.relation_score)
         assert result.combined_score == pytest.approx(expected, abs=1e-5)
         assert result.text and result.chunk_id and result.source["uri"]
     json.dumps(response.to_dict())  # serializable for agents
@@ -74,21 +75,23 @@ def test_max_hops_zero_cannot_cross_to_the_bridge_entity(engine):
 
 def test_unknown_or_out_of_range_parameters_are_refused_with_what_is_allowed(engine):
     for bad, message in [
-        ({"mode": "telepathy"}, "mode must be one of vector, graph, hybrid, global; not 'telepathy'"),
+        ({"mode": "telepathy"}, "mode must be one of vector, keyword, graph, hybrid, global; not 'telepathy'"),
         ({"fusion": "max"}, "fusion must be one of weighted, rrf; not 'max'"),
         ({"top_k": 0}, "top_k must be a whole number of at least 1, not 0"),
         ({"max_hops": -1}, "max_hops must be between 0 and 3, not -1"),
+        ({"results": "pages"}, "results must be one of documents, chunks; not 'pages'"),
     ]:
         with pytest.raises(ValueError) as refused:
             engine.query(QUESTION, **bad)
         assert str(refused.value) == message
-        with pytest.raises(ValueError):
-            engine.retrieve(QUESTION, **bad)
+        if "results" not in bad:  # how results are grouped is the response's business, not the retrieval's
+            with pytest.raises(ValueError):
+                engine.retrieve(QUESTION, **bad)
     assert QueryParameters(mode="global", top_k=1, max_hops=0, fusion="rrf").mode == "global"
 
 
 def test_every_mode_has_one_retriever_and_answers_through_the_shared_path(engine):
-    assert set(RETRIEVERS) == set(MODES) == {"vector", "graph", "hybrid", "global"}
+    assert set(RETRIEVERS) == set(MODES) == {"vector", "keyword", "graph", "hybrid", "global"}
     for mode in MODES:
         response = engine.query(QUESTION, mode=mode, top_k=3)
         assert response.mode == mode and 1 <= len(response.results) <= 3
@@ -100,10 +103,11 @@ def test_every_mode_has_one_retriever_and_answers_through_the_shared_path(engine
 def test_the_response_json_keeps_the_shape_agents_and_the_cli_read(engine):
     """The keys and value types `to_dict()` had while linked entities and facts were plain dicts."""
     entity_keys = {"id": str, "name": str, "type": str, "linked_by": str, "confidence": float}
-    fact_keys = {"source": str, "type": str, "target": str, "predicates": list, "weight": float, "doc_ids": list}
+    fact_keys = {"source": str, "type": str, "target": str, "predicates": list, "weight": float, "doc_ids": list,
+                 "followed": bool}
     result_keys = {"chunk_id": str, "text": str, "doc_id": str, "source": dict, "entity_path": list,
                    "vector_score": float, "graph_score": float, "combined_score": float, "hops_from_query": int,
-                   "citations": list}
+                   "citations": list, "keyword_score": float, "relation_score": float}
     for mode in MODES:
         payload = json.loads(json.dumps(engine.query(QUESTION, mode=mode, top_k=5).to_dict()))
         assert set(payload) == {"question", "mode", "results", "entities_mentioned", "relationships",

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from graphrag_pipeline.lib.chunking import WordTokenizer
-from graphrag_pipeline.lib.fusion import rank, reciprocal_rank_fusion
+from graphrag_pipeline.lib.fusion import rank, reciprocal_rank_fusion, weighted_fusion
 from graphrag_pipeline.lib.ids import entity_id, normalize_name
 from graphrag_pipeline.lib.models import Entity
 from graphrag_pipeline.lib.stages import build_everything
@@ -423,10 +423,11 @@ def test_entities_in_more_than_200_chunks_are_ignored_when_chunks_are_scored(tmp
     with EmbeddedGraphStore(tmp_path / "graph.sqlite") as graph, StateStore(tmp_path / "state.sqlite") as state:
         graph.upsert_entities(entities)
         graph.set_chunk_mentions({c: [e.entity_id] for e in entities for c in e.chunk_ids})
-        index = IndexReader(engine.settings.retrieval, state=state, graph=graph, vectors=engine.vectors)
+        index = IndexReader(engine.settings.retrieval, engine.settings.ontology, state=state, graph=graph,
+                            vectors=engine.vectors)
         scorer = GraphRetriever(index)
         reached = {e.entity_id: TraversalHit(e.entity_id, 0, 1.0, (e.entity_id,)) for e in entities}
-        scores, best = scorer.chunk_graph_scores(reached, {})
+        scores, best = scorer.chunk_graph_scores(reached, {}, {})
     assert set(scores) == set(entities[0].chunk_ids)  # none of the 201-chunk entity's chunks
     assert all(score == pytest.approx(specificity(200)) for score in scores.values())
     assert set(best.values()) == {eid("Bounded Guild")}
@@ -436,38 +437,44 @@ def test_entities_in_more_than_200_chunks_are_ignored_when_chunks_are_scored(tmp
 
 
 @pytest.mark.parametrize("question", [BRIDGE_QUESTION, HUB_QUESTION, LAGOON_QUESTION])
-def test_weighted_fusion_is_0_7_vector_plus_0_3_graph_for_every_candidate(engine, question):
+def test_weighted_fusion_is_0_7_vector_plus_0_3_graph_plus_0_3_keyword_for_every_candidate(engine, question):
     retrieval = engine.retrieve(question, fusion="weighted")
     entry = set(engine.retrieve(question, mode="vector").combined)
-    candidates = entry | set(rank(retrieval.graph_scores)[:100])
+    keyword = engine.retrieve(question, mode="keyword").keyword_scores
+    assert keyword == retrieval.keyword_scores and not retrieval.relation_scores  # no relationship asked for
+    candidates = entry | set(rank(retrieval.graph_scores)[:100]) | set(keyword)
     assert set(retrieval.combined) == candidates
     assert any(retrieval.graph_scores.get(c, 0) > 0 for c in candidates)
     for chunk in candidates:
         vector = retrieval.vector_scores.get(chunk, retrieval.vector_floor)
         graph = retrieval.graph_scores.get(chunk, 0.0)
-        assert retrieval.combined[chunk] == pytest.approx(0.7 * vector + 0.3 * graph, abs=1e-9)
+        expected = 0.7 * vector + 0.3 * graph + 0.3 * keyword.get(chunk, 0.0)
+        assert retrieval.combined[chunk] == pytest.approx(expected, abs=1e-9)
 
     response = engine.query(question, fusion="weighted", top_k=10)
     assert response.results
     for result in response.results:
-        assert result.combined_score == pytest.approx(0.7 * result.vector_score + 0.3 * result.graph_score, abs=2e-6)
+        expected = 0.7 * result.vector_score + 0.3 * result.graph_score + 0.3 * result.keyword_score
+        assert result.combined_score == pytest.approx(expected, abs=2e-6)
 
 
 @pytest.mark.parametrize("question", [BRIDGE_QUESTION, HUB_QUESTION, LAGOON_QUESTION])
-def test_rrf_fusion_is_reciprocal_rank_fusion_of_the_vector_and_graph_rankings(engine, question):
+def test_rrf_fusion_is_reciprocal_rank_fusion_of_the_vector_graph_and_keyword_rankings(engine, question):
     retrieval = engine.retrieve(question, fusion="rrf")
     entry = set(engine.retrieve(question, mode="vector").combined)
-    candidates = entry | set(rank(retrieval.graph_scores)[:100])
+    candidates = entry | set(rank(retrieval.graph_scores)[:100]) | set(retrieval.keyword_scores)
     vector_ranking = rank({c: retrieval.vector_scores.get(c, retrieval.vector_floor) for c in candidates})
     graph_ranking = rank({c: s for c, s in retrieval.graph_scores.items() if c in candidates and s > 0})
-    assert graph_ranking
+    keyword_ranking = rank(retrieval.keyword_scores)
+    assert graph_ranking and keyword_ranking
     expected = reciprocal_rank_fusion(
-        {"vector": vector_ranking, "graph": graph_ranking}, k=60, weights={"vector": 0.7, "graph": 0.3}
+        {"vector": vector_ranking, "graph": graph_ranking, "keyword": keyword_ranking, "relation": []}, k=60,
+        weights={"vector": 0.7, "graph": 0.3, "keyword": 0.3, "relation": 1.5},
     )
     assert retrieval.combined == pytest.approx(expected, abs=1e-12)
     assert engine.settings.retrieval.rrf_k == 60
 
-    response = engine.query(question, fusion="rrf", top_k=5)
+    response = engine.query(question, fusion="rrf", top_k=5, results="chunks")
     assert [r.chunk_id for r in response.results] == rank(expected)[:5]
 
 
@@ -480,11 +487,18 @@ def test_no_linked_entity_and_no_entity_in_entry_chunks_falls_back_to_vector_sea
     vector = plain_engine.retrieve(PLAIN_QUESTION, mode="vector")
     assert retrieval.fell_back_to_vector and not vector.fell_back_to_vector
     assert retrieval.linked == {} and retrieval.reached == {} and retrieval.graph_scores == {}
-    assert retrieval.combined == vector.combined  # the plain similarities, not 0.7 x them
+    # Similarity and keywords alone, fused as always (nothing of the graph's, not even a zero).
+    assert retrieval.combined == pytest.approx(weighted_fusion(
+        {"vector": vector.vector_scores, "keyword": retrieval.keyword_scores},
+        {"vector": 0.7, "keyword": 0.3},
+    ))
+    graph_mode = plain_engine.retrieve(PLAIN_QUESTION, mode="graph")
+    assert graph_mode.fell_back_to_vector and graph_mode.combined == vector.combined  # nothing to walk: similarity
 
     response = plain_engine.query(PLAIN_QUESTION, top_k=4)
     assert response.fell_back_to_vector
     assert response.doc_ids[0] == "t:fox.txt"
     assert response.doc_ids == plain_engine.query(PLAIN_QUESTION, mode="vector", top_k=4).doc_ids
-    assert all(r.graph_score == 0 and r.entity_path == [] and r.combined_score == r.vector_score
+    assert all(r.graph_score == 0 and r.entity_path == []
+               and r.combined_score == pytest.approx(0.7 * r.vector_score + 0.3 * r.keyword_score, abs=2e-6)
                for r in response.results)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping, Union, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 
@@ -36,11 +36,37 @@ class TypeSpec(StrictModel):
         return value
 
 
+QUERY_SUBJECT = "{x}"
+
+
+def _query_phrase(value: str) -> str:
+    if value.count(QUERY_SUBJECT) != 1:
+        raise ValueError(f"query phrase {value!r} must hold {QUERY_SUBJECT} (where the question names the entity) once")
+    _compiled_regex(value.replace(QUERY_SUBJECT, "x"))
+    return value
+
+
+class QueryPhrases(StrictModel):
+    """How questions ask for a relationship, as regular expressions over the lower-cased question with ``{x}`` where
+    it names the entity the question is about (its name, or one of the ontology's ``query_references``).
+    ``outgoing``: the question wants the relationship's targets ("what does {x} depend on"); ``incoming``: its
+    sources ("what depends on {x}")."""
+
+    outgoing: tuple[Annotated[str, AfterValidator(_query_phrase)], ...] = ()
+    incoming: tuple[Annotated[str, AfterValidator(_query_phrase)], ...] = ()
+
+
+class RelationshipTypeSpec(TypeSpec):
+    query_phrases: QueryPhrases = QueryPhrases()
+
+
 class Ontology(StrictModel):
     entity_types: tuple[TypeSpec, ...]
-    relationship_types: tuple[TypeSpec, ...]
+    relationship_types: tuple[RelationshipTypeSpec, ...]
     default_entity_type: str = "CONCEPT"
     fallback_relationship_type: str = "RELATED_TO"
+    # Words by which a question refers back to the entity it named ("Which services does *it* depend on?").
+    query_references: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> "Ontology":
@@ -159,6 +185,11 @@ class RetrievalConfig(StrictModel):
     graph_weight: float = Field(0.3, ge=0)
     rrf_k: int = Field(60, ge=1)
     top_k: int = Field(10, ge=1)
+    keyword_weight: float = Field(0.3, ge=0)  # BM25 over chunk texts, scaled to [0, 1] per question
+    # Documents about the entities a question's relationship intent reaches ("which services does X depend on")
+    # rank by this signal; above the others' sum, so they lead when the intent was understood.
+    relation_weight: float = Field(1.5, ge=0)
+    results: Literal["documents", "chunks"] = "documents"  # documents: top_k distinct documents with their passages
 
 
 class CommunityConfig(StrictModel):

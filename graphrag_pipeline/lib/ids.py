@@ -52,6 +52,16 @@ def normalize_name(name: str) -> str:
     return text
 
 
+def name_variants(name: str) -> set[str]:
+    """The normalized spellings one name takes in text: as written, and with its words joined by spaces, by hyphens
+    or not at all ("payments-api", "payments api", "paymentsapi"; CamelCase is split by ``normalize_name``)."""
+    key = normalize_name(name)
+    words = re.split(r"[\s_\-]+", key)
+    if len(words) == 1:
+        return {key} if key else set()
+    return {key, " ".join(words), "-".join(words), "".join(words)}
+
+
 def entity_id(canonical_name: str) -> str:
     return short_id("ent", canonical_name)
 

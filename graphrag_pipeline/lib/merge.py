@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from graphrag_pipeline.lib.config import Ontology
-from graphrag_pipeline.lib.ids import content_hash, entity_id, normalize_name, relationship_id
+from graphrag_pipeline.lib.ids import content_hash, entity_id, name_variants, normalize_name, relationship_id
 from graphrag_pipeline.lib.models import ChunkExtraction, Entity, Relationship
 
 MAX_DESCRIPTIONS = 5
@@ -28,6 +28,7 @@ class _EntityAccumulator:
     surface_forms: Counter = field(default_factory=Counter)
     types: Counter = field(default_factory=Counter)
     catalog_types: Counter = field(default_factory=Counter)  # types a structured catalog states: they win the vote
+    catalog_forms: set[str] = field(default_factory=set)  # how a structured catalog spells the name
     descriptions: dict[str, tuple[str, str]] = field(default_factory=dict)  # text -> first (doc, chunk) seen
     chunk_ids: set[str] = field(default_factory=set)
     doc_ids: set[str] = field(default_factory=set)
@@ -42,15 +43,57 @@ class _RelationAccumulator:
     doc_ids: set[str] = field(default_factory=set)
 
 
+@dataclass(frozen=True)
+class CatalogResolution:
+    """How the names of catalog entities resolve: ``keys`` maps a name key to the catalog node it unambiguously
+    names; ``names`` lists each catalog node's other names (every one, ambiguous or not: a question naming a title
+    two catalog entities share links to both)."""
+
+    keys: dict[str, str]
+    names: dict[str, tuple[str, ...]]
+
+
+def resolve_catalog_names(catalog_names: Mapping[str, Sequence[str]]) -> CatalogResolution:
+    """Catalog node name → its other names (title, aliases, references) into one resolution.
+
+    A name key resolves to the catalog node whose *own* name it is; failing that, to the one node that declares it
+    (title, alias, the plain name of a namespaced entity); failing that, to the one node with a spelling variant of
+    it (spaces, hyphens, joined words). A key two nodes claim at the same level resolves to neither: merging two
+    services because their titles match would be worse than leaving a text mention unresolved.
+    """
+    own = {normalize_name(node) for node in catalog_names}
+    claims: dict[str, list[set[str]]] = defaultdict(lambda: [set(), set()])  # key -> [declaring, variant] nodes
+    for node, others in catalog_names.items():
+        node_key = normalize_name(node)
+        for name in others:
+            claims[normalize_name(name)][0].add(node_key)
+        for name in (node, *others):
+            for variant in name_variants(name):
+                claims[variant][1].add(node_key)
+    keys: dict[str, str] = {}
+    for key, levels in claims.items():
+        if key in own or not key:
+            continue
+        claimants = next((nodes for nodes in levels if nodes), set())
+        if len(claimants) == 1:
+            keys[key] = next(iter(claimants))
+    names = {normalize_name(node): tuple(dict.fromkeys(others)) for node, others in catalog_names.items()}
+    return CatalogResolution(keys, names)
+
+
 def merge_extractions(
     extractions: Iterable[tuple[str, ChunkExtraction]],
     ontology: Ontology,
     aliases: Mapping[str, str] | None = None,
     description_limits: tuple[int, int] = DEFAULT_LIMITS,
+    catalog: CatalogResolution | None = None,
 ) -> tuple[list[Entity], list[Relationship]]:
     """(doc_id, extraction) pairs → merged entities and relationships, sorted by id. Each description is the distinct
-    descriptions in document order, one per line, up to ``description_limits`` (count, characters)."""
-    alias_keys = {normalize_name(k): normalize_name(v) for k, v in (aliases or {}).items()}
+    descriptions in document order, one per line, up to ``description_limits`` (count, characters). ``aliases``
+    (configured) map a name to its canonical name; ``catalog`` resolves the names of catalog entities, which then
+    also keep the catalog's name and type, whatever text called them."""
+    catalog = catalog or CatalogResolution({}, {})
+    alias_keys = {**catalog.keys, **{normalize_name(k): normalize_name(v) for k, v in (aliases or {}).items()}}
 
     def key_of(name: str) -> str:
         key = normalize_name(name)
@@ -71,6 +114,7 @@ def merge_extractions(
             acc.types[ontology.entity_type(mention.type)] += 1
             if mention.spotter == "catalog":
                 acc.catalog_types[ontology.entity_type(mention.type)] += 1
+                acc.catalog_forms.add(mention.name.strip())
             if mention.description and mention.description not in acc.descriptions:
                 acc.descriptions[mention.description] = (doc_id, chunk_id)
             acc.chunk_ids.add(chunk_id)
@@ -99,7 +143,8 @@ def merge_extractions(
             acc_r.chunk_ids.add(chunk_id)
             acc_r.doc_ids.add(doc_id)
 
-    merged_entities = [_entity(key, acc, ontology, description_limits) for key, acc in entities.items()]
+    merged_entities = [_entity(key, acc, ontology, description_limits, catalog.names.get(key))
+                       for key, acc in entities.items()]
     merged_relations = [
         Relationship(
             relationship_id=relationship_id(entity_id(s), t, entity_id(o)),
@@ -119,14 +164,25 @@ def merge_extractions(
     return merged_entities, merged_relations
 
 
-def _entity(key: str, acc: _EntityAccumulator, ontology: Ontology, description_limits: tuple[int, int]) -> Entity:
+def _entity(
+    key: str,
+    acc: _EntityAccumulator,
+    ontology: Ontology,
+    description_limits: tuple[int, int],
+    catalog_names: tuple[str, ...] | None,
+) -> Entity:
     # Most frequent spelling wins; ties go to the longest, then alphabetical, so the choice is order-independent.
-    name = sorted(acc.surface_forms.items(), key=lambda kv: (-kv[1], -len(kv[0]), kv[0]))[0][0]
+    # A catalog entity keeps the catalog's spelling of its name: the node is the catalog's, text only mentions it.
+    catalog_spelling = [form for form in acc.catalog_forms if normalize_name(form) == key]
+    forms = Counter(catalog_spelling) if catalog_spelling else acc.surface_forms
+    name = sorted(forms.items(), key=lambda kv: (-kv[1], -len(kv[0]), kv[0]))[0][0]
     stated = {t: n for t, n in acc.catalog_types.items() if t != ontology.default_entity_type}
     specific = stated or {t: n for t, n in acc.types.items() if t != ontology.default_entity_type}
     type_votes = specific or acc.types
     entity_type = sorted(type_votes.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
-    aliases = tuple(sorted(form for form in acc.surface_forms if form != name))
+    # The catalog's names first: the list is capped, and they are what questions use.
+    aliases = tuple(dict.fromkeys(form for form in (*(catalog_names or ()), *sorted(acc.surface_forms))
+                                  if form != name))
     return Entity(
         entity_id=entity_id(key),
         name=name,

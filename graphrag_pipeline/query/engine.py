@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 
 from graphrag_pipeline.lib.config import PipelineSettings
 from graphrag_pipeline.lib.fusion import rank
@@ -17,13 +18,24 @@ from graphrag_pipeline.lib.models import Entity, Relationship
 from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.protocols import Embedder, GraphStore, VectorStore
 from graphrag_pipeline.query.access import ReaderAccess
-from graphrag_pipeline.query.models import Fact, Fusion, LinkedEntity, Mode, QueryParameters, QueryResponse, QueryResult
+from graphrag_pipeline.query.models import (
+    Fact,
+    Fusion,
+    Granularity,
+    LinkedEntity,
+    Mode,
+    QueryParameters,
+    QueryResponse,
+    QueryResult,
+)
 from graphrag_pipeline.query.retrievers import RETRIEVERS, IndexReader, Passage, Retrieval, Retriever, elapsed_ms
 
 RELATIONSHIPS_IN_RESPONSE = 60  # enough for a service's dependencies and their owners; an agent reads them all
 FACT_DOCUMENTS = 10  # documents cited per fact: enough to check it, few enough to read
-# Candidates fetched at a time per result asked for: room for the ones the caller may not read.
+# Candidates fetched at a time per result asked for: room for the ones the caller may not read, and for the several
+# passages of one document.
 CANDIDATES_PER_RESULT = 4
+PASSAGES_PER_DOCUMENT = 3  # citations of a document result: its best passages, best first
 
 
 class QueryEngine:
@@ -43,7 +55,7 @@ class QueryEngine:
         self.graph = graph_store
         self.vectors = vector_store
         self.embedder = embedder
-        index = IndexReader(settings.retrieval, state=state, graph=graph_store, vectors=vector_store)
+        index = IndexReader(settings.retrieval, settings.ontology, state=state, graph=graph_store, vectors=vector_store)
         self._retrievers: dict[Mode, Retriever] = {mode: make(index) for mode, make in RETRIEVERS.items()}
 
     def close(self) -> None:
@@ -65,17 +77,20 @@ class QueryEngine:
         max_hops: int | None = None,
         fusion: Fusion | None = None,
         groups: Iterable[str] = (),
+        results: Granularity | None = None,
     ) -> QueryResponse:
-        """Answer one question; `mode` is vector | graph | hybrid (default) | global. ``groups`` are the caller's
-        access groups: nothing derived only from documents the caller may not read is returned (documents without
-        access groups are readable by everyone, so a caller with no groups sees exactly those)."""
+        """Answer one question; `mode` is vector | keyword | graph | hybrid (default) | global. ``groups`` are the
+        caller's access groups: nothing derived only from documents the caller may not read is returned (documents
+        without access groups are readable by everyone, so a caller with no groups sees exactly those).
+        ``results``: "documents" (the configured default) gives ``top_k`` distinct documents, each with its best
+        passages as citations; "chunks" gives the ``top_k`` best passages."""
         if isinstance(groups, str):
             raise TypeError("groups must be a collection of group names, not one string")
-        parameters = self._parameters(mode, top_k, max_hops, fusion)
+        parameters = self._parameters(mode, top_k, max_hops, fusion, results)
         access = ReaderAccess(self.state.restricted_documents(), groups)  # read per question: revocations apply now
         retriever = self._retrievers[parameters.mode]
         retrieval = self._retrieve(retriever, question, parameters)
-        return self._respond(retriever, retrieval, parameters.top_k, access)
+        return self._respond(retriever, retrieval, parameters, access)
 
     def retrieve(
         self,
@@ -92,7 +107,8 @@ class QueryEngine:
         return self._retrieve(self._retrievers[parameters.mode], question, parameters)
 
     def _parameters(
-        self, mode: Mode, top_k: int | None, max_hops: int | None, fusion: Fusion | None
+        self, mode: Mode, top_k: int | None, max_hops: int | None, fusion: Fusion | None,
+        results: Granularity | None = None,
     ) -> QueryParameters:
         """The caller's choices, the configuration's where the caller left them unset."""
         config = self.settings.retrieval
@@ -101,6 +117,7 @@ class QueryEngine:
             top_k=config.top_k if top_k is None else top_k,
             max_hops=config.max_hops if max_hops is None else max_hops,
             fusion=config.fusion if fusion is None else fusion,
+            results=config.results if results is None else results,
         )
 
     def _retrieve(self, retriever: Retriever, question: str, parameters: QueryParameters) -> Retrieval:
@@ -115,29 +132,40 @@ class QueryEngine:
 
     @staticmethod
     def _readable_passages(
-        retriever: Retriever, retrieval: Retrieval, top_k: int, access: ReaderAccess
+        retriever: Retriever, retrieval: Retrieval, parameters: QueryParameters, access: ReaderAccess
     ) -> dict[str, Passage]:
-        """The best ``top_k`` candidates the caller may read, in rank order, with their texts (a caller's filter is
-        applied after ranking, so it never changes how the others rank)."""
+        """The best ``top_k`` results the caller may read, in rank order, with their texts (a caller's filter is
+        applied after ranking, so it never changes how the others rank). A document result is its best passage,
+        citing its next best ones from the same window of candidates."""
+        by_document = parameters.results == "documents" and parameters.mode != "global"  # summaries span documents
         ranking = rank(retrieval.combined)
-        window_size = CANDIDATES_PER_RESULT * top_k
+        window_size = CANDIDATES_PER_RESULT * parameters.top_k
         kept: dict[str, Passage] = {}
+        result_of_document: dict[str, str] = {}
         for start in range(0, len(ranking), window_size):
             window = ranking[start : start + window_size]
             passages = retriever.passages(window)
             for candidate_id in window:
                 passage = passages.get(candidate_id)  # missing: the index moved on under us (a delete landed)
-                if passage is not None and access.can_read_all(passage.written_from):
+                if passage is None or not access.can_read_all(passage.written_from):
+                    continue
+                first = result_of_document.get(passage.doc_id) if by_document else None
+                if first is not None:
+                    cited = kept[first]
+                    if len(cited.citations) < PASSAGES_PER_DOCUMENT:
+                        kept[first] = replace(cited, citations=[*cited.citations, *passage.citations])
+                elif len(kept) < parameters.top_k:
                     kept[candidate_id] = passage
-                    if len(kept) == top_k:
-                        return kept
+                    result_of_document[passage.doc_id] = candidate_id
+            if len(kept) == parameters.top_k:
+                return kept
         return kept
 
     def _respond(
-        self, retriever: Retriever, retrieval: Retrieval, top_k: int, access: ReaderAccess
+        self, retriever: Retriever, retrieval: Retrieval, parameters: QueryParameters, access: ReaderAccess
     ) -> QueryResponse:
         started = time.perf_counter()
-        passages = self._readable_passages(retriever, retrieval, top_k, access)
+        passages = self._readable_passages(retriever, retrieval, parameters, access)
         paths = {candidate_id: retrieval.entity_path(candidate_id) for candidate_id in passages}
         visible = self._visible_entities(retrieval, paths, access)
         results = [
@@ -150,14 +178,17 @@ class QueryEngine:
                 vector_score=round(retrieval.vector_scores.get(candidate_id, retrieval.vector_floor), 6),
                 graph_score=round(retrieval.graph_scores.get(candidate_id, 0.0), 6),
                 combined_score=round(retrieval.combined[candidate_id], 6),
+                keyword_score=round(retrieval.keyword_scores.get(candidate_id, 0.0), 6),
+                relation_score=round(retrieval.relation_scores.get(candidate_id, 0.0), 6),
                 hops_from_query=max(0, len(paths[candidate_id]) - 1),
                 citations=passage.citations,
             )
             for candidate_id, passage in passages.items()
         ]
-        relationships = (
-            self.graph.relationships_between(set(visible), limit=RELATIONSHIPS_IN_RESPONSE) if visible else []
-        )
+        followed = {r.relationship_id: r for r in retrieval.followed
+                    if r.source_id in visible and r.target_id in visible}
+        among = self.graph.relationships_between(set(visible), limit=RELATIONSHIPS_IN_RESPONSE) if visible else []
+        relationships = [*followed.values(), *(r for r in among if r.relationship_id not in followed)]
         retrieval.timings["respond"] = elapsed_ms(started)
         return QueryResponse(
             question=retrieval.question,
@@ -168,7 +199,8 @@ class QueryEngine:
                 for eid, (how, conf) in retrieval.linked.items()
                 if eid in visible
             ],
-            relationships=[_fact(r, visible, access) for r in relationships if access.can_read_any(r.doc_ids)],
+            relationships=[_fact(r, visible, access, r.relationship_id in followed)
+                           for r in relationships[:RELATIONSHIPS_IN_RESPONSE] if access.can_read_any(r.doc_ids)],
             fell_back_to_vector=retrieval.fell_back_to_vector,
             timings_ms=retrieval.timings,
         )
@@ -186,7 +218,7 @@ class QueryEngine:
         return {eid: e for eid, e in self.graph.get_entities(wanted).items() if access.can_read_any(e.doc_ids)}
 
 
-def _fact(relationship: Relationship, visible: dict[str, Entity], access: ReaderAccess) -> Fact:
+def _fact(relationship: Relationship, visible: dict[str, Entity], access: ReaderAccess, followed: bool) -> Fact:
     """A relationship between two visible entities, citing only documents the caller may read."""
     return Fact(
         source=visible[relationship.source_id].name,
@@ -195,4 +227,5 @@ def _fact(relationship: Relationship, visible: dict[str, Entity], access: Reader
         predicates=list(relationship.predicates),
         weight=relationship.weight,
         doc_ids=[d for d in relationship.doc_ids if access.can_read(d)][:FACT_DOCUMENTS],
+        followed=followed,
     )

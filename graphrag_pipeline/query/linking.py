@@ -1,29 +1,84 @@
-"""Question → entity linking by exact n-gram match against every entity name and alias.
+"""Question → entity linking by exact n-gram match against every entity name and alias, with a confidence.
 
 Cheap (a dictionary probe per n-gram) and precise; the embedding match over the entities collection complements it
-for paraphrases.
+for paraphrases. A name that is an ordinary word ("Job", "Complete", "package") names an entity only weakly: the
+question may just be using the word. Such a link gets ``GENERIC_NAME_CONFIDENCE``, and everything the graph derives
+from it is bounded by that.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from wordfreq import zipf_frequency
 
 from graphrag_pipeline.lib.ids import normalize_name
 from graphrag_pipeline.lib.models import Entity
 
 _TOKEN = re.compile(r"[\w][\w'’.\-/]*", re.UNICODE)
+_LETTERS = re.compile(r"[^\W\d_]+", re.UNICODE)
 MAX_NGRAM = 8
 # Function words are never entities on their own, however some extractor spelled a node.
 STOPWORDS = frozenset(
     "a an and are as at be by for from has have he her his how in is it its of on or she that the their them they "
     "this to was were what when where which who whom whose why will with".split()
 )
+# A word at least this frequent in English (Zipf scale: 3.5 is about 3 per million words; "alert" 4.3, "package"
+# 4.6, "Kafka" 3.2, "etcd" 0) is an ordinary word unless the corpus writes it as a name (capitalized) most of the time.
+ORDINARY_WORD_ZIPF = 3.5
+GENERIC_NAME_CONFIDENCE = 0.3
+
+
+@dataclass(frozen=True)
+class NameLink:
+    """Question words that name entities."""
+
+    phrase: str
+    entity_ids: frozenset[str]
+    start: int  # character offset in the question
+    confidence: float
+
+
+class CorpusCase:
+    """How the corpus writes each word: the share of its occurrences that are lower-case tells an ordinary word
+    ("job", "complete") from a name ("Kafka", "Paris"), whatever the question's capitalization."""
+
+    def __init__(self, texts: Iterable[str]):
+        self._lower: Counter[str] = Counter()
+        self._total: Counter[str] = Counter()
+        for text in texts:
+            for word in _LETTERS.findall(text):
+                key = word.casefold()
+                self._total[key] += 1
+                if word == key:
+                    self._lower[key] += 1
+
+    def lowercase_share(self, word: str) -> float | None:
+        """Share of the word's occurrences written in lower case; None when the corpus never writes it."""
+        key = word.casefold()
+        total = self._total.get(key)
+        return self._lower[key] / total if total else None
+
+
+def is_generic_word(phrase: str, corpus: CorpusCase) -> bool:
+    """A single ordinary English word that the corpus mostly writes in lower case (or never writes at all)."""
+    if not _LETTERS.fullmatch(phrase):  # digits, hyphens, several words: a name's shape, not a word's
+        return False
+    if len(phrase) > 1 and not phrase[1:].islower() and not phrase.isupper():  # CamelCase
+        return False
+    if zipf_frequency(phrase.casefold(), "en") < ORDINARY_WORD_ZIPF:
+        return False
+    share = corpus.lowercase_share(phrase)
+    return share is None or share >= 0.5
 
 
 class NameIndex:
-    def __init__(self, entities: Iterable[Entity]):
+    def __init__(self, entities: Iterable[Entity], corpus: CorpusCase | None = None):
         self._ids_by_name: dict[str, set[str]] = {}
+        self._corpus = corpus or CorpusCase(())
         for entity in entities:
             for name in (entity.name, entity.canonical, *entity.aliases):
                 key = normalize_name(name)
@@ -33,20 +88,26 @@ class NameIndex:
     def __len__(self) -> int:
         return len(self._ids_by_name)
 
-    def link(self, text: str) -> dict[str, str]:
-        """Entity id → the question's words that named it. Longer matches win over the n-grams inside them."""
-        tokens = [m.group(0) for m in _TOKEN.finditer(text)]
-        linked: dict[str, str] = {}
+    def names(self, entity_ids: Iterable[str]) -> dict[str, set[str]]:
+        """Name key → the given entities it names (what a document title must match to be about one of them)."""
+        wanted = set(entity_ids)
+        return {key: ids & wanted for key, ids in self._ids_by_name.items() if ids & wanted}
+
+    def link(self, text: str) -> list[NameLink]:
+        """The question's phrases that name entities, in question order. Longer matches win over the n-grams inside
+        them; each link's confidence is 1, or ``GENERIC_NAME_CONFIDENCE`` for an ordinary word."""
+        tokens = list(_TOKEN.finditer(text))
+        links: list[NameLink] = []
         covered: set[int] = set()
         for size in range(min(MAX_NGRAM, len(tokens)), 0, -1):
             for start in range(0, len(tokens) - size + 1):
                 span = set(range(start, start + size))
                 if span & covered:
                     continue
-                phrase = " ".join(tokens[start : start + size])
+                phrase = text[tokens[start].start() : tokens[start + size - 1].end()]
                 ids = self._ids_by_name.get(normalize_name(phrase))
                 if ids:
                     covered |= span
-                    for eid in ids:
-                        linked.setdefault(eid, phrase)
-        return linked
+                    confidence = GENERIC_NAME_CONFIDENCE if is_generic_word(phrase, self._corpus) else 1.0
+                    links.append(NameLink(phrase, frozenset(ids), tokens[start].start(), confidence))
+        return sorted(links, key=lambda link: link.start)

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
-Mode = Literal["vector", "graph", "hybrid", "global"]
+Mode = Literal["vector", "keyword", "graph", "hybrid", "global"]
 MODES: tuple[Mode, ...] = get_args(Mode)
 Fusion = Literal["weighted", "rrf"]
 FUSIONS: tuple[Fusion, ...] = get_args(Fusion)
+Granularity = Literal["documents", "chunks"]
+GRANULARITIES: tuple[Granularity, ...] = get_args(Granularity)
 MAX_HOPS = 3  # the bound `retrieval.max_hops` has in the configuration
 
 
@@ -21,6 +23,7 @@ class QueryParameters:
     top_k: int
     max_hops: int
     fusion: Fusion
+    results: Granularity = "documents"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -31,6 +34,8 @@ class QueryParameters:
             raise ValueError(f"max_hops must be between 0 and {MAX_HOPS}, not {self.max_hops!r}")
         if self.fusion not in FUSIONS:
             raise ValueError(f"fusion must be one of {', '.join(FUSIONS)}; not {self.fusion!r}")
+        if self.results not in GRANULARITIES:
+            raise ValueError(f"results must be one of {', '.join(GRANULARITIES)}; not {self.results!r}")
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,10 @@ class QueryResult:
     graph_score: float
     combined_score: float
     hops_from_query: int  # hop count of that entity from the seeds (0: a seed itself or a plain vector hit)
+    # The passages behind the result: with document results, the document's best passages (the text is the first).
     citations: list[Citation] = field(default_factory=list)
+    keyword_score: float = 0.0
+    relation_score: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -79,6 +87,7 @@ class Fact:
     predicates: list[str]  # how the documents phrased it
     weight: float
     doc_ids: list[str]  # up to 10 documents stating it that the caller may read
+    followed: bool = False  # the question asked for this relationship (from its source or to its target)
 
 
 @dataclass(frozen=True)
@@ -87,7 +96,7 @@ class QueryResponse:
     mode: Mode
     results: list[QueryResult]
     entities_mentioned: list[LinkedEntity]  # entities linked from the question
-    relationships: list[Fact]  # among the entities behind the results
+    relationships: list[Fact]  # the followed relationships first, then the others among the entities behind results
     fell_back_to_vector: bool  # no entity could be linked, so the answer is plain vector search
     timings_ms: dict[str, float] = field(default_factory=dict)
 

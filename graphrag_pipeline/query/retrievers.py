@@ -28,23 +28,26 @@ No entity linked → plain vector search, flagged in the retrieval.
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
 
 import numpy as np
 
-from graphrag_pipeline.lib.config import RetrievalConfig
+from graphrag_pipeline.lib.config import Ontology, RetrievalConfig
 from graphrag_pipeline.lib.fusion import rank, reciprocal_rank_fusion, weighted_fusion
 from graphrag_pipeline.lib.ids import subject_key
-from graphrag_pipeline.lib.models import Chunk, Document, Entity
+from graphrag_pipeline.lib.models import Chunk, Document, Entity, Relationship
 from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES, GraphStore, TraversalHit, VectorStore
-from graphrag_pipeline.query.linking import NameIndex
+from graphrag_pipeline.query.intent import IntentReader, RelationIntent
+from graphrag_pipeline.query.keyword import KeywordIndex
+from graphrag_pipeline.query.linking import CorpusCase, NameIndex, NameLink
 from graphrag_pipeline.query.models import Citation, Mode, QueryParameters
 from graphrag_pipeline.query.traversal import spread_activation
 
@@ -62,6 +65,9 @@ MAX_CHUNKS_PER_ENTITY = 200
 # Entities reached with less activation cannot move a chunk (at most 0.05 × graph_weight of its combined score):
 # the traversal neither keeps nor expands them, so a 2-hop walk's long tail costs nothing.
 MIN_ACTIVATION = 0.05
+# A catalog page about an entity a relationship reached ranks below the entity's own documents: its facts are already
+# in the response's relationships, and a service's README or runbook is what there is to read.
+CATALOG_PAGE_FACTOR = 0.5
 # Community summaries fetched per result asked for: room for summaries the caller may not read.
 SUMMARIES_PER_RESULT = 4
 CITATIONS_PER_SUMMARY = 5
@@ -71,22 +77,28 @@ class IndexReader:
     """What retrieval reads from one open index: its stores, and lookups built from them once and then shared by
     every question (thread-safe)."""
 
-    def __init__(self, config: RetrievalConfig, *, state: StateStore, graph: GraphStore, vectors: VectorStore):
+    def __init__(
+        self, config: RetrievalConfig, ontology: Ontology, *, state: StateStore, graph: GraphStore,
+        vectors: VectorStore,
+    ):
         self.config = config
         self.state = state
         self.graph = graph
         self.vectors = vectors
+        self.intents = IntentReader(ontology)
         self._lookup_lock = threading.Lock()
 
     def name_index(self) -> NameIndex:
         with self._lookup_lock:  # cached_property is not thread-safe on first build
             return self._name_index
 
-    def subject_chunks(self) -> dict[str, frozenset[str]]:
-        """Subject key of a document title → the chunks of the documents with that title (a title-subject test per
-        reached chunk would cost a database round trip per query)."""
+    def keyword_index(self) -> KeywordIndex:
         with self._lookup_lock:
-            return self._subject_chunks
+            return self._texts[0]
+
+    def directory(self) -> ChunkDirectory:
+        with self._lookup_lock:
+            return self._directory
 
     @cached_property
     def _name_index(self) -> NameIndex:
@@ -96,16 +108,48 @@ class IndexReader:
             page = self.graph.list_entities(offset=offset, limit=5000, order_by="name")
             entities.extend(page)
             if len(page) < 5000:
-                return NameIndex(entities)
+                return NameIndex(entities, self._texts[1])
             offset += len(page)
 
     @cached_property
-    def _subject_chunks(self) -> dict[str, frozenset[str]]:
-        grouped: dict[str, set[str]] = {}
-        rows = self.state.query("SELECT c.chunk_id, d.title FROM chunks c JOIN documents d ON d.doc_id = c.doc_id")
-        for chunk_id, title in rows:
-            grouped.setdefault(subject_key(title), set()).add(chunk_id)
-        return {key: frozenset(chunk_ids) for key, chunk_ids in grouped.items()}
+    def _texts(self) -> tuple[KeywordIndex, CorpusCase]:
+        """The keyword index over chunk texts (with their document's title) and how the corpus writes its words,
+        from one read of the texts."""
+        rows = self.state.query(
+            "SELECT c.chunk_id, d.title, c.text FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
+        )
+        return KeywordIndex((chunk_id, f"{title}\n{text}") for chunk_id, title, text in rows), CorpusCase(
+            text for _, _, text in rows
+        )
+
+    @cached_property
+    def _directory(self) -> ChunkDirectory:
+        rows = self.state.query(
+            "SELECT c.chunk_id, d.doc_id, d.title, d.metadata FROM chunks c JOIN documents d ON d.doc_id = c.doc_id "
+            "ORDER BY d.doc_id, c.position"
+        )
+        return ChunkDirectory(rows)
+
+
+class ChunkDirectory:
+    """Which chunks make up which document, which documents are about what (their title's subject), and which are
+    catalog pages: looked up per question without a database round trip."""
+
+    def __init__(self, rows: Sequence[tuple[str, str, str, str]]):
+        """``rows``: (chunk id, doc id, title, metadata JSON), each document's chunks in order."""
+        self.chunks_of: dict[str, list[str]] = {}
+        self.about: dict[str, set[str]] = {}  # subject key -> doc ids
+        self.catalog_pages: set[str] = set()
+        for chunk_id, doc_id, title, metadata in rows:
+            if doc_id not in self.chunks_of:
+                self.about.setdefault(subject_key(title), set()).add(doc_id)
+                if json.loads(metadata).get("catalog"):
+                    self.catalog_pages.add(doc_id)
+            self.chunks_of.setdefault(doc_id, []).append(chunk_id)
+
+    def subject_chunks(self, name_keys: Iterable[str]) -> frozenset[str]:
+        """The chunks of the documents whose title is one of these names."""
+        return frozenset(c for key in name_keys for doc_id in self.about.get(key, ()) for c in self.chunks_of[doc_id])
 
 
 @dataclass
@@ -126,6 +170,11 @@ class Retrieval:
     seed_via: dict[str, str] = field(default_factory=dict)
     vector_floor: float = 0.0  # similarity assumed for chunks outside the vector pool
     fell_back_to_vector: bool = False
+    keyword_scores: dict[str, float] = field(default_factory=dict)  # BM25 / the question's best
+    # The relationships the question asked for, the ones followed, and the documents about what they reached.
+    intents: list[RelationIntent] = field(default_factory=list)
+    followed: list[Relationship] = field(default_factory=list)
+    relation_scores: dict[str, float] = field(default_factory=dict)
 
     def entity_path(self, candidate_id: str) -> tuple[str, ...]:
         """Entity ids from the question to the entity that brought the candidate in (none: similarity alone did):
@@ -204,20 +253,46 @@ class VectorRetriever:
         }
 
 
+class KeywordRetriever(VectorRetriever):
+    """Chunks ranked by BM25 alone: the flat keyword search the other modes are measured against."""
+
+    def retrieve(self, question: str, query_vector: np.ndarray, parameters: QueryParameters) -> Retrieval:
+        started = time.perf_counter()
+        scores = self.index.keyword_index().scores(question, SCORING_POOL)
+        retrieval = Retrieval(question, parameters.mode, dict(scores), {}, {"keyword_search": elapsed_ms(started)})
+        retrieval.keyword_scores = scores
+        return retrieval
+
+
 class GraphRetriever(VectorRetriever):
-    """Chunks ranked by their graph score: the walk from the question's entities and the entry chunks' entities."""
+    """Chunks ranked by their graph score: the walk from the question's entities and the entry chunks' entities,
+    and the documents about what the relationships the question asks for reach."""
 
     def retrieve(self, question: str, query_vector: np.ndarray, parameters: QueryParameters) -> Retrieval:
         result, entry = self._entry_chunks(question, query_vector, parameters)
         config, graph, timings = self.index.config, self.index.graph, result.timings
 
         started = time.perf_counter()
-        linked = self._link_question(question, query_vector)
+        result.keyword_scores = self.index.keyword_index().scores(question, SCORING_POOL)
+        timings["keyword_search"] = elapsed_ms(started)
+
+        started = time.perf_counter()
+        links = self.index.name_index().link(question)
+        linked = self._link_question(links, query_vector)
         entry_entities = graph.entities_of_chunks(entry[:ENTRY_CHUNKS_FOR_SEEDS])
+        result.intents = self.index.intents.read(question, links)
         timings["link"] = elapsed_ms(started)
         result.linked = linked
-        if not linked and not any(entry_entities.values()):
+
+        if result.intents:
+            started = time.perf_counter()
+            self._follow_intents(result)
+            timings["follow"] = elapsed_ms(started)
+        if not linked and not any(entry_entities.values()) and not result.relation_scores:
             result.fell_back_to_vector = True
+            result.vector_floor = min(result.vector_scores.values(), default=0.0)
+            # Hybrid still fuses similarity with keywords; graph mode, with nothing to walk, ranks by similarity.
+            result.combined = self._ranking_scores(result, entry, [], parameters) or result.combined
             return result
 
         started = time.perf_counter()
@@ -227,11 +302,13 @@ class GraphRetriever(VectorRetriever):
             graph, seeds, max_hops=parameters.max_hops, decay=config.hop_decay, fanout=config.fanout,
             min_score=MIN_ACTIVATION,
         )
-        result.reached = {hit.entity_id: hit for hit in hits}
+        result.reached = {**{hit.entity_id: hit for hit in hits}, **result.reached}
         timings["traverse"] = elapsed_ms(started)
 
         started = time.perf_counter()
-        result.graph_scores, result.best_entity = self.chunk_graph_scores(result.reached, origin)
+        graph_scores, best_entity = self.chunk_graph_scores(result.reached, origin, seeds)
+        result.graph_scores = graph_scores
+        result.best_entity = {**best_entity, **result.best_entity}
         timings["graph_scores"] = elapsed_ms(started)
 
         started = time.perf_counter()
@@ -245,18 +322,52 @@ class GraphRetriever(VectorRetriever):
         self, retrieval: Retrieval, entry: list[str], graph_pool: list[str], parameters: QueryParameters
     ) -> dict[str, float]:
         """Candidate → the score this mode ranks by, once the graph scores are known."""
-        return {c: retrieval.graph_scores[c] for c in graph_pool}
-
-    def _link_question(self, question: str, query_vector: np.ndarray) -> dict[str, tuple[str, float]]:
-        """Entity id → (how it was linked, confidence)."""
-        linked: dict[str, tuple[str, float]] = {
-            eid: (f"name:{phrase}", 1.0) for eid, phrase in self.index.name_index().link(question).items()
+        relation_weight = self.index.config.relation_weight
+        candidates = set(graph_pool) | set(retrieval.relation_scores)
+        return {
+            c: retrieval.graph_scores.get(c, 0.0) + relation_weight * retrieval.relation_scores.get(c, 0.0)
+            for c in candidates
         }
+
+    def _link_question(self, links: Sequence[NameLink], query_vector: np.ndarray) -> dict[str, tuple[str, float]]:
+        """Entity id → (how it was linked, confidence)."""
+        linked: dict[str, tuple[str, float]] = {}
+        for link in links:
+            for eid in link.entity_ids:
+                if link.confidence > linked.get(eid, ("", 0.0))[1]:
+                    linked[eid] = (f"name:{link.phrase}", link.confidence)
         if self.index.config.entity_top_k:
             for hit in self.index.vectors.search(ENTITIES, query_vector, self.index.config.entity_top_k):
                 if hit.score >= ENTITY_LINK_MIN_SCORE and hit.point_id not in linked:
                     linked[hit.point_id] = ("embedding", float(hit.score))
         return linked
+
+    def _follow_intents(self, result: Retrieval) -> None:
+        """Follow each asked-for relationship one hop from its subjects in the asked-for direction; the documents
+        about the entities reached (their title names one of the entity's names) get the relation signal, a
+        catalog page less than the entity's own documents."""
+        graph, directory = self.index.graph, self.index.directory()
+        reached: dict[str, tuple[str, str]] = {}  # entity -> (subject it was reached from, relationship id)
+        for intent in result.intents:
+            neighbourhoods = graph.neighbourhoods(intent.subjects, [intent.relationship_type])
+            relationship_ids = {rid for n in neighbourhoods.values() for _, rid, _ in n.edges}
+            for relationship in sorted(graph.get_relationships(relationship_ids).values(),
+                                       key=lambda r: r.relationship_id):
+                ends = (relationship.source_id, relationship.target_id)
+                subject, other = ends if intent.direction == "outgoing" else ends[::-1]
+                if subject in intent.subjects and other not in intent.subjects:
+                    result.followed.append(relationship)
+                    reached.setdefault(other, (subject, relationship.relationship_id))
+        for key, entity_ids in self.index.name_index().names(reached).items():
+            for doc_id in directory.about.get(key, ()):
+                score = CATALOG_PAGE_FACTOR if doc_id in directory.catalog_pages else 1.0
+                entity_id = min(entity_ids)
+                for chunk_id in directory.chunks_of[doc_id]:
+                    if score > result.relation_scores.get(chunk_id, 0.0):
+                        result.relation_scores[chunk_id] = score
+                        result.best_entity[chunk_id] = entity_id
+        for entity_id, (subject, relationship_id) in reached.items():
+            result.reached[entity_id] = TraversalHit(entity_id, 1, 1.0, (subject, entity_id), (relationship_id,))
 
     @staticmethod
     def _seed_weights(
@@ -298,13 +409,15 @@ class GraphRetriever(VectorRetriever):
         return via
 
     def chunk_graph_scores(
-        self, reached: dict[str, TraversalHit], origin: dict[str, tuple[str, float]]
+        self, reached: dict[str, TraversalHit], origin: dict[str, tuple[str, float]], seeds: dict[str, float]
     ) -> tuple[dict[str, float], dict[str, str]]:
         """Chunk → best activation × specificity over the reached entities it mentions (× SUBJECT_BONUS when the
-        entity is what the chunk's document is about), clipped to 1, and the entity that gave it that score. A seed
-        taken from an entry chunk does not score that chunk with its own weight (the chunk already has its
-        similarity), only with what another entry chunk gave the entity: entry chunks that share rare entities
-        support each other. ``origin``: chunk-seeded entity → (its entry chunk, the weight another one gave it)."""
+        entity is what the chunk's document is about: its title is one of the entity's names), at most the weight
+        of the seed the walk started from (a passage reached from a weak link stays weak), clipped to 1, and the
+        entity that gave it that score. A seed taken from an entry chunk does not score that chunk with its own
+        weight (the chunk already has its similarity), only with what another entry chunk gave the entity: entry
+        chunks that share rare entities support each other. ``origin``: chunk-seeded entity → (its entry chunk, the
+        weight another one gave it)."""
         graph = self.index.graph
         entities = graph.get_entities([eid for eid, hit in reached.items() if hit.score >= MIN_ACTIVATION])
         specific = {
@@ -313,15 +426,22 @@ class GraphRetriever(VectorRetriever):
             if e.mention_count <= MAX_CHUNKS_PER_ENTITY
         }
         chunks_of = graph.chunks_of_entities(list(specific))
-        subject_chunks = self.index.subject_chunks()
+        names_of = self.index.name_index().names(specific)
+        directory = self.index.directory()
+        about: dict[str, set[str]] = {}
+        for key, entity_ids in names_of.items():
+            for eid in entity_ids:
+                about.setdefault(eid, set()).add(key)
         best: dict[str, tuple[float, str]] = {}
         for eid, chunk_ids in chunks_of.items():
             hit = reached[eid]
-            about_it = subject_chunks.get(entities[eid].canonical, frozenset())
+            about_it = directory.subject_chunks(about.get(eid, ()))
+            bound = seeds.get(hit.path[0], 1.0)
             came_from, other_weight = origin.get(eid, ("", 0.0)) if hit.hops == 0 else ("", 0.0)
             for chunk_id in chunk_ids:
                 activation = other_weight if chunk_id == came_from else hit.score
                 contribution = activation * specific[eid] * (SUBJECT_BONUS if chunk_id in about_it else 1.0)
+                contribution = min(contribution, bound)
                 if contribution > best.get(chunk_id, (0.0, ""))[0]:
                     best[chunk_id] = (contribution, eid)
         scores = {c: min(1.0, score) for c, (score, _) in best.items()}
@@ -329,23 +449,30 @@ class GraphRetriever(VectorRetriever):
 
 
 class HybridRetriever(GraphRetriever):
-    """Chunks ranked by their similarity and their graph score together (weighted sum or reciprocal-rank fusion)."""
+    """Chunks ranked by their similarity, their keywords, their graph score and the relation signal together
+    (weighted sum or reciprocal-rank fusion)."""
 
     def _ranking_scores(
         self, retrieval: Retrieval, entry: list[str], graph_pool: list[str], parameters: QueryParameters
     ) -> dict[str, float]:
         config = self.index.config
-        candidates = set(entry) | set(graph_pool)
-        vector_signal = {c: retrieval.vector_scores.get(c, retrieval.vector_floor) for c in candidates}
-        graph_signal = {c: retrieval.graph_scores.get(c, 0.0) for c in candidates}
-        weights = {"vector": config.vector_weight, "graph": config.graph_weight}
+        candidates = set(entry) | set(graph_pool) | set(retrieval.keyword_scores) | set(retrieval.relation_scores)
+        signals = {
+            "vector": {c: retrieval.vector_scores.get(c, retrieval.vector_floor) for c in candidates},
+            "graph": {c: retrieval.graph_scores.get(c, 0.0) for c in candidates},
+            "keyword": {c: retrieval.keyword_scores.get(c, 0.0) for c in candidates},
+            "relation": {c: retrieval.relation_scores.get(c, 0.0) for c in candidates},
+        }
+        weights = {"vector": config.vector_weight, "graph": config.graph_weight, "keyword": config.keyword_weight,
+                   "relation": config.relation_weight}
         if parameters.fusion == "rrf":
             return reciprocal_rank_fusion(
-                {"vector": rank(vector_signal), "graph": rank({c: s for c, s in graph_signal.items() if s > 0})},
+                {name: rank(scores) if name == "vector" else rank({c: s for c, s in scores.items() if s > 0})
+                 for name, scores in signals.items()},
                 k=config.rrf_k,
                 weights=weights,
             )
-        return weighted_fusion({"vector": vector_signal, "graph": graph_signal}, weights)
+        return weighted_fusion(signals, weights)
 
 
 class GlobalRetriever:
@@ -388,6 +515,7 @@ class GlobalRetriever:
 
 RETRIEVERS: Mapping[Mode, Callable[[IndexReader], Retriever]] = {
     "vector": VectorRetriever,
+    "keyword": KeywordRetriever,
     "graph": GraphRetriever,
     "hybrid": HybridRetriever,
     "global": GlobalRetriever,

@@ -21,6 +21,8 @@ Service catalog (a top-level ``services:`` list, optional ``teams:`` list)::
         depends_on: [cart, currency]     # plain names are services; "resource:orders-db" names another kind
         runbooks: [https://runbooks.example.com/checkout, {title: Checkout down, url: https://…}]
         description: Places orders.
+        title: Checkout Service          # optional: other names text and questions use (title, aliases)
+        aliases: [checkout-svc]
     teams:
       - {name: team-checkout, description: Owns the order flow.}
 
@@ -84,7 +86,7 @@ from graphrag_pipeline.lib.sources.reader import (
 
 CATALOG_SUFFIXES = frozenset({".yaml", ".yml"})
 RECORD_KEY = "catalog"  # key of the typed part of a catalog document's extraction record
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # 2: the other names of each entity (title, declared aliases, full reference)
 SPOTTER = "catalog"
 DEFAULT_NAMESPACE = "default"
 BACKSTAGE_API_PREFIX = "backstage.io/"
@@ -226,6 +228,14 @@ class CatalogEntry:
     facts: list[Fact] = field(default_factory=list)
     details: list[str] = field(default_factory=list)  # further sentences (tags, links, references)
     metadata: dict[str, Any] = field(default_factory=dict)
+    # What else names it: its title and declared aliases (text and questions use them: "Checkout Service").
+    declared_names: tuple[str, ...] = ()
+
+    def other_names(self) -> list[str]:
+        """Every name of the entity but its node name: declared names, the plain name in another namespace and the
+        full reference, in that order (which one wins a clash between entities is decided on resolution)."""
+        names = [*self.declared_names, self.ref.name, f"{self.ref.kind}:{self.ref.display}", self.ref.ref]
+        return [name for name in dict.fromkeys(n.strip() for n in names) if name and name != self.ref.display]
 
     def text(self) -> str:
         first = self.summary + (f"\n{self.description}" if self.description else "")
@@ -251,6 +261,7 @@ class CatalogEntry:
             "triples": triples,
             RECORD_KEY: {
                 "version": RECORD_VERSION,
+                "names": {subject: self.other_names()},
                 "types": types,
                 "descriptions": descriptions,
                 "relation_types": relation_types,
@@ -396,20 +407,25 @@ def _service_entry(item: Mapping[str, Any], ref: EntityRef, path: str) -> Catalo
               for d in _ref_list(item, "depends_on", allow_single=True)]
     runbooks = [item["runbooks"]] if isinstance(item.get("runbooks"), str) else _list(item, "runbooks")
     facts += [_runbook_fact(ref, runbook) for runbook in runbooks]
-    summary = f"{ref.name} is a service in the service catalog" + (f", tier {tier}." if tier is not None else ".")
+    title = _optional_text(item, "title")
+    summary = f"{ref.name} is a service in the service catalog" + (f", tier {tier}" if tier is not None else "")
+    summary += f", titled {title}." if title else "."
     metadata = {"tier": tier} if tier is not None else {}
     extra = {str(k): v for k, v in item.items() if k not in _SERVICE_KEYS}
     if extra:
         metadata["fields"] = json_safe(extra)
-    return CatalogEntry(ref, "service-catalog", path, summary, description, _unique_facts(facts), [], metadata)
+    return CatalogEntry(ref, "service-catalog", path, summary, description, _unique_facts(facts), [], metadata,
+                        declared_names=_declared_names(item))
 
 
-_SERVICE_KEYS = frozenset({"name", "tier", "description", "owners", "owner", "depends_on", "runbooks"})
+_SERVICE_KEYS = frozenset({"name", "title", "aliases", "tier", "description", "owners", "owner", "depends_on",
+                           "runbooks"})
 
 
 def _team_entry(item: Mapping[str, Any], ref: EntityRef, path: str) -> CatalogEntry:
     description = _optional_text(item, "description")
-    return CatalogEntry(ref, "service-catalog", path, f"{ref.name} is a team in the service catalog.", description)
+    return CatalogEntry(ref, "service-catalog", path, f"{ref.name} is a team in the service catalog.", description,
+                        declared_names=_declared_names(item))
 
 
 def _runbook_fact(subject: EntityRef, runbook: Any) -> Fact:
@@ -526,7 +542,16 @@ def _backstage_entry(data: Mapping[str, Any], ref: EntityRef, path: str) -> Cata
             entry_metadata[key] = spec[key]
     if tags:
         entry_metadata["tags"] = list(tags)
-    return CatalogEntry(ref, "backstage", path, summary, description, _unique_facts(facts), details, entry_metadata)
+    return CatalogEntry(ref, "backstage", path, summary, description, _unique_facts(facts), details, entry_metadata,
+                        declared_names=_declared_names(metadata))
+
+
+def _declared_names(item: Mapping[str, Any]) -> tuple[str, ...]:
+    """``title`` and ``aliases`` (a Backstage entity's ``metadata``, a service-catalog entry): other names of it."""
+    aliases = _list(item, "aliases")
+    if not all(isinstance(alias, str) and alias.strip() for alias in aliases):
+        raise CatalogError("aliases must be a list of names (non-empty strings)")
+    return tuple(name.strip() for name in (_optional_text(item, "title"), *aliases) if name.strip())
 
 
 # ------------------------------------------------------------------------------------------------------------ helpers
@@ -816,6 +841,16 @@ def catalog_extractions(
     return extractions, quarantined
 
 
+def catalog_names(records: Iterable[Any]) -> dict[str, list[str]]:
+    """Node name → the entity's other names (title, declared aliases, full reference), from catalog records."""
+    names: dict[str, list[str]] = {}
+    for record in records:
+        if is_catalog_record(record):
+            for subject, others in (record[RECORD_KEY].get("names") or {}).items():
+                names.setdefault(subject, []).extend(o for o in others if isinstance(o, str))
+    return names
+
+
 def extract_with_catalogs(
     chunks: Sequence[Chunk],
     records: Mapping[str, Any],
@@ -850,8 +885,8 @@ def _checked_record(record: Any) -> dict[str, Any]:
         raise ValueError("triples must be [subject, predicate, object] lists of strings")
     if typed.get("version") != RECORD_VERSION:
         raise ValueError(f"record version {typed.get('version')!r}, expected {RECORD_VERSION}")
-    for key, kind in (("types", dict), ("descriptions", dict), ("relation_types", list), ("weights", list),
-                      ("sentences", list)):
+    for key, kind in (("names", dict), ("types", dict), ("descriptions", dict), ("relation_types", list),
+                      ("weights", list), ("sentences", list)):
         if not isinstance(typed.get(key), kind):
             raise ValueError(f"{RECORD_KEY}.{key} must be a {kind.__name__}")
     if not len(typed["relation_types"]) == len(typed["weights"]) == len(typed["sentences"]) == len(triples):

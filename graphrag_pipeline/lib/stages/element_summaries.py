@@ -11,7 +11,9 @@ from graphrag_pipeline.lib.merge import (
     capped_descriptions,
     element_payload,
     merge_extractions,
+    resolve_catalog_names,
 )
+from graphrag_pipeline.lib.sources.catalog import catalog_names
 from graphrag_pipeline.lib.models import Entity, Relationship
 from graphrag_pipeline.lib.stages.report import StageReport, accounted
 from graphrag_pipeline.lib.workspace import Workspace
@@ -24,6 +26,9 @@ def summarize_elements(ws: Workspace) -> StageReport:
     by_llm = ws.settings.summaries.summarizer == "llm"
     with report.timed("prune"):
         report.counts["pruned_extractions"] = ws.state.prune_extractions()
+    with report.timed("catalog_names"):
+        catalog = resolve_catalog_names(catalog_names(_catalog_records(ws)))
+        report.counts["catalog_names_resolved"] = len(catalog.keys)
     with report.timed("merge"):
         entities, relationships = merge_extractions(
             ((doc_id, extraction) for doc_id, _, extraction in ws.state.live_extractions(ws.extractor_key)),
@@ -31,6 +36,7 @@ def summarize_elements(ws: Workspace) -> StageReport:
             ws.settings.extraction.aliases,
             # The model reads every description it is to combine; elements it does not summarize are capped after.
             description_limits=(LLM_INPUT_DESCRIPTIONS, LLM_INPUT_DESCRIPTION_CHARS) if by_llm else DEFAULT_LIMITS,
+            catalog=catalog,
         )
     if by_llm:
         with report.timed("llm_summaries"):
@@ -50,6 +56,13 @@ def summarize_elements(ws: Workspace) -> StageReport:
         for e in sorted(entities, key=lambda e: (-e.mention_count, e.name))[:10]
     ]
     return report
+
+
+def _catalog_records(ws: Workspace) -> list[dict]:
+    """The extraction records of every catalog source's documents (their entities' names)."""
+    doc_ids = [doc_id for source in ws.settings.sources if source.kind == "catalog"
+               for doc_id in ws.state.document_hashes(source=source.name)]
+    return list(ws.state.source_extractions(doc_ids).values()) if doc_ids else []
 
 
 def summarize_descriptions_by_llm(

@@ -1,0 +1,88 @@
+"""BM25 over chunk texts (with their document's title): the keyword signal, so exact identifiers — an alert name, a
+metric, an error string, a service name — find the passages that spell them, whatever the embedding makes of them.
+
+Built in memory from the state store when an index is opened for querying (a sparse term × chunk matrix; one
+question is a sum of a few rows), so every backend gets the same signal without a full-text index of its own.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+import numpy as np
+from scipy import sparse
+
+# Lower-case runs of letters and digits, as most BM25 baselines count them; an identifier such as
+# "KubePodCrashLooping" or "payments-api" is kept whole as well as in parts, so the exact spelling scores highest.
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_IDENTIFIER = re.compile(r"[^\W_]+(?:[\-_.][^\W_]+)+", re.UNICODE)
+K1 = 1.2
+B = 0.75
+
+
+def terms(text: str) -> list[str]:
+    """The terms BM25 counts in a text: its words and its compound identifiers, lower-cased."""
+    lowered = text.lower()
+    return _WORD.findall(lowered) + _IDENTIFIER.findall(lowered)
+
+
+class KeywordIndex:
+    """Okapi BM25 (k1 1.2, b 0.75) over a fixed set of texts."""
+
+    def __init__(self, texts: Iterable[tuple[str, str]]):
+        """``texts``: (item id, text) pairs."""
+        self.item_ids: list[str] = []
+        vocabulary: dict[str, int] = {}
+        rows: list[int] = []
+        columns: list[int] = []
+        counts: list[int] = []
+        lengths: list[int] = []
+        for position, (item_id, text) in enumerate(texts):
+            self.item_ids.append(item_id)
+            bag = Counter(terms(text))
+            lengths.append(sum(bag.values()))
+            for term, count in bag.items():
+                rows.append(vocabulary.setdefault(term, len(vocabulary)))
+                columns.append(position)
+                counts.append(count)
+        self._vocabulary = vocabulary
+        size = len(self.item_ids)
+        frequencies = np.asarray(counts, dtype=np.float64)
+        length = np.asarray(lengths, dtype=np.float64)
+        average = float(length.mean()) if size else 0.0
+        column_index = np.asarray(columns, dtype=np.int64)
+        norm = K1 * (1 - B + B * length[column_index] / average) if size else np.zeros(0)
+        saturated = frequencies * (K1 + 1) / (frequencies + norm)
+        document_frequency = np.bincount(np.asarray(rows, dtype=np.int64), minlength=len(vocabulary))
+        self._idf = np.log(1 + (size - document_frequency + 0.5) / (document_frequency + 0.5))
+        self._weights = sparse.csr_matrix((saturated, (rows, columns)), shape=(len(vocabulary), size))
+
+    def __len__(self) -> int:
+        return len(self.item_ids)
+
+    def idf(self, term: str) -> float:
+        """How rare a term is in these texts (0 for an unknown term: it cannot match anything)."""
+        row = self._vocabulary.get(term)
+        return float(self._idf[row]) if row is not None else 0.0
+
+    def max_idf(self) -> float:
+        """The idf of a term found in one text only."""
+        size = len(self.item_ids)
+        return math.log(1 + (size - 0.5) / 1.5) if size else 0.0
+
+    def scores(self, query: str, limit: int) -> dict[str, float]:
+        """The ``limit`` best items for a query with their BM25 scores divided by the best one (so in (0, 1])."""
+        query_terms = Counter(t for t in terms(query) if t in self._vocabulary)
+        if not query_terms or not self.item_ids:
+            return {}
+        rows = [self._vocabulary[t] for t in query_terms]
+        factors = np.asarray([self._idf[r] * n for r, n in zip(rows, query_terms.values())])
+        totals = np.asarray(self._weights[rows].multiply(factors[:, None]).sum(axis=0)).ravel()
+        best = float(totals.max())
+        if best <= 0:
+            return {}
+        top = np.argpartition(-totals, min(limit, len(totals)) - 1)[:limit]
+        return {self.item_ids[i]: float(totals[i] / best) for i in top if totals[i] > 0}
