@@ -30,9 +30,9 @@ def settings(**extraction: object) -> PipelineSettings:
     return PipelineSettings.model_validate(default_config_data()).with_overrides(extraction=extraction)
 
 
-def make_extractor(**extraction: object) -> OfflineExtractor:
+def make_extractor(known_names: dict[str, str] | None = None, **extraction: object) -> OfflineExtractor:
     configured = settings(**extraction)
-    return OfflineExtractor(configured.extraction, configured.ontology)
+    return OfflineExtractor(configured.extraction, configured.ontology, known_names=known_names)
 
 
 def chunk(text: str, doc_id: str = "doc-1", position: int = 0) -> Chunk:
@@ -158,7 +158,143 @@ def test_precomputed_attaches_entities_and_triples_and_quarantines_malformed_ite
     assert json.loads(result.quarantined[-1].raw) == records["doc-b"]
 
 
+@pytest.mark.parametrize(
+    ("label", "name", "expected"),
+    [
+        ("ORG", "CPU", "CONCEPT"),  # acronyms: the shape does not say what kind of thing, never a company
+        ("PERSON", "NAMESPACE", "CONCEPT"),
+        ("GPE", "the HPAs", "CONCEPT"),
+        ("ORG", "KubePodCrashLooping", "TECHNOLOGY"),  # code-like: the software label's type
+        ("PERSON", "payments-api", "TECHNOLOGY"),
+        ("ORG", "node_exporter", "TECHNOLOGY"),
+        ("LOC", "k8s", "TECHNOLOGY"),
+        ("ORG", "kubelet Service", "TECHNOLOGY"),
+        ("ORG", "University of Copenhagen", "ORGANIZATION"),  # prose names keep NER's label
+        ("PERSON", "Morgan McLean", "PERSON"),
+        ("ORG", "Hewlett-Packard", "ORGANIZATION"),
+        ("PRODUCT", "CPU", "TECHNOLOGY"),  # only person, organization and place labels are second-guessed
+    ],
+)
+def test_technical_names_are_not_people_organizations_or_places(label: str, name: str, expected: str) -> None:
+    assert make_extractor()._ner_type(label, name) == expected
+
+
 # --- spaCy-backed extraction ------------------------------------------------------------------------------------
+
+
+def typed_triples(result: ChunkExtraction) -> set[tuple[str, str, str]]:
+    return {triple for triple in relation_triples(result) if triple[1] != "RELATED_TO"}
+
+
+@pytest.mark.slow
+def test_a_relation_phrase_relates_its_subject_to_every_object_listed_after_it(extractor: OfflineExtractor) -> None:
+    result = extract_one(extractor, "The checkout-service depends on payments-api, cartservice and the ad-service.")
+
+    assert typed_triples(result) == {
+        ("checkout-service", "DEPENDS_ON", "payments-api"),
+        ("checkout-service", "DEPENDS_ON", "cartservice"),
+        ("checkout-service", "DEPENDS_ON", "ad-service"),
+    }
+    # The objects are only listed together: they co-occur, weaker than the stated relations.
+    listed = [r for r in result.relations if r.type == "RELATED_TO"]
+    assert {frozenset((r.source, r.target)) for r in listed} == {
+        frozenset(pair) for pair in [("payments-api", "cartservice"), ("payments-api", "ad-service"),
+                                     ("cartservice", "ad-service")]
+    }
+    assert all(r.weight < 1.0 for r in listed)
+
+
+@pytest.mark.slow
+def test_relative_and_passive_clauses_find_their_own_subjects(extractor: OfflineExtractor) -> None:
+    text = "The frontend-proxy calls checkout-service, which is used by cartservice and ad-service."
+
+    result = extract_one(extractor, text)
+
+    assert typed_triples(result) == {
+        ("frontend-proxy", "DEPENDS_ON", "checkout-service"),
+        ("cartservice", "DEPENDS_ON", "checkout-service"),
+        ("ad-service", "DEPENDS_ON", "checkout-service"),
+    }
+    assert {r.predicate for r in result.relations if r.type == "DEPENDS_ON"} == {"calls", "is used by"}
+
+
+@pytest.mark.slow
+def test_objects_end_at_the_clause_and_negated_or_distant_statements_stay_untyped(
+    extractor: OfflineExtractor,
+) -> None:
+    text = (
+        "The checkout-service uses payments-api to reach ledger-db; cartservice retries ad-service. "
+        "The quote-service no longer calls email-service. "
+        "The shipping-service owner, not the team, uses ad-service. "
+        "The fraud-service reports errors when it calls the payments-api."
+    )
+
+    result = extract_one(extractor, text)
+
+    assert typed_triples(result) == {("checkout-service", "DEPENDS_ON", "payments-api")}
+    related = {frozenset((r.source, r.target)) for r in result.relations}
+    assert frozenset(("quote-service", "email-service")) in related  # still co-occurring, just not typed
+
+
+@pytest.mark.slow
+def test_a_clause_referring_to_the_document_makes_its_title_the_subject() -> None:
+    titled = make_extractor()
+    text = (
+        "It uses Redis and Kafka. The service also calls payments-api. When Envoy restarts: it calls Helm. "
+        "The user calls checkout-service. Then it is not required by ad-service."
+    )
+
+    result = extract_one(titled, text, title="Cart Service")
+
+    assert typed_triples(result) == {
+        ("Cart Service", "DEPENDS_ON", "Redis"),
+        ("Cart Service", "DEPENDS_ON", "Kafka"),
+        ("Cart Service", "DEPENDS_ON", "payments-api"),
+        ("Cart Service", "DEPENDS_ON", "Helm"),  # a clause after punctuation refers to the title on its own
+    }
+    # Entities the title is not stated to depend on are still related to it, by the weaker "mentions".
+    mentioned = {r.target for r in result.relations if r.predicate == TITLE_PREDICATE}
+    assert mentioned == {"Envoy", "checkout-service", "ad-service"}
+
+
+@pytest.mark.slow
+def test_relation_words_inside_a_name_are_part_of_the_name() -> None:
+    with_dashboard = make_extractor(title_entity_type=None, known_names={"calls dashboard": "FEATURE"})
+
+    result = extract_one(with_dashboard, "The checkout-service calls dashboard shows payments-api.")
+
+    assert entity_types(result)["calls dashboard"] == "FEATURE"
+    assert typed_triples(result) == set()
+
+
+@pytest.mark.slow
+def test_known_names_are_spotted_with_their_type_over_ner_and_under_the_configured_dictionary() -> None:
+    known = {"Morgan McLean": "Team", "ledger": "Service", "Kafka": "Team"}
+    with_catalog = make_extractor(title_entity_type=None, known_names=known)
+    text = "Morgan McLean owns the ledger, which writes to Kafka."
+
+    result = extract_one(with_catalog, text)
+    plain_types = entity_types(extract_one(make_extractor(title_entity_type=None), text))
+
+    assert plain_types["Morgan McLean"] in {"PERSON", "ORGANIZATION"} and "ledger" not in plain_types
+    types = entity_types(result)
+    assert types["Morgan McLean"] == "Team"  # beats NER's label
+    assert types["ledger"] == "Service"  # lower-case: NER never proposes it
+    assert types["Kafka"] == "TECHNOLOGY"  # the configured dictionary wins over the caller's names
+    assert typed_triples(result) == {("ledger", "OWNED_BY", "Morgan McLean"), ("ledger", "DEPENDS_ON", "Kafka")}
+
+
+@pytest.mark.slow
+def test_ner_acronyms_and_code_names_are_retyped_in_extraction(extractor: OfflineExtractor) -> None:
+    # spaCy's small model labels all four acronyms ORG and "Restart KubeProxy" ORG.
+    text = "Scale the HPA when the CPU is saturated and the API returns errors in NAMESPACE. Restart KubeProxy now."
+
+    types = entity_types(extract_one(extractor, text))
+
+    assert {name: types.get(name) for name in ("HPA", "CPU", "API", "NAMESPACE")} == dict.fromkeys(
+        ("HPA", "CPU", "API", "NAMESPACE"), "CONCEPT"
+    )
+    assert "ORGANIZATION" not in types.values()
 
 
 @pytest.mark.slow
@@ -168,7 +304,7 @@ def test_runbook_sentence_yields_services_team_and_directed_relations(extractor:
     assert entity_types(result) == {"checkout-service": "Service", "payments-api": "Service", "team-payments": "Team"}
     typed = {r for r in relation_triples(result) if r[1] != "RELATED_TO"}
     assert typed == {("checkout-service", "DEPENDS_ON", "payments-api"), ("payments-api", "OWNED_BY", "team-payments")}
-    # Not adjacent: the "depends on" between them belongs to payments-api, so this pair only co-occurs.
+    # team-payments is in the relative clause about payments-api, not an object of "depends on": it only co-occurs.
     [distant] = [r for r in result.relations if r.type == "RELATED_TO"]
     assert {distant.source, distant.target} == {"checkout-service", "team-payments"}
     assert distant.predicate == COOCCURRENCE_PREDICATE and distant.weight < 1.0

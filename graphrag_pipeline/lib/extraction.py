@@ -1,10 +1,16 @@
 """Entity and relationship extraction without a language model.
 
-Four spotters find entity spans in a chunk: a dictionary of known names, configured regular expressions, spaCy NER
-and the document's title. Overlapping spans are resolved (dictionary > pattern > title > NER, then longer spans),
-names are canonicalized through the configured aliases, and relations come from sentence-level co-occurrence, typed
-by the configured relation patterns when the words between two adjacent mentions match one. Markdown link targets,
-URLs and HTML tags are blanked out first, so raw markdown sources do not produce names like "Docs](https://…".
+Four spotters find entity spans in a chunk: a dictionary of known names (configured ones and the caller's
+``known_names``, such as a catalog's), configured regular expressions, spaCy NER and the document's title. Overlapping
+spans are resolved (dictionary > pattern > title > NER, then longer spans) and names are canonicalized through the
+configured aliases. NER's person, organization and place labels on technical-looking names (acronyms, CamelCase,
+kebab-case, snake_case, lower-case or digit-bearing words) are replaced by a shape rule: see ``_ner_type``.
+
+Relations: a configured relation pattern found in a sentence is a verb phrase. Its subject is the nearest entity
+before it (or the document's title entity when the clause starts with a reference to it, "It uses …"), its objects
+the list of entities right after it, so "A depends on B and C" and "B, which is used by A" are typed edges. Every
+other pair of entities in a sentence co-occurs (the fallback type). Markdown link targets, URLs and HTML tags are
+blanked out first, so raw markdown sources do not produce names like "Docs](https://…".
 
 Everything is deterministic and extractive: descriptions are the sentences the entities and relations were seen in.
 
@@ -49,6 +55,7 @@ _BOUNDARY_AFTER = r"(?![\w-])"
 _LEADING_DETERMINER = re.compile(r"(?:the|a|an|this|that|these|those)\s+", re.IGNORECASE)
 _EDGE_CHARS = frozenset(" \t\r\n\"'`.,;:!?()[]{}<>*\u201c\u201d\u2018\u2019")
 _POSSESSIVES = ("'s", "\u2019s")
+_EDGE_TEXT = "".join(_EDGE_CHARS)
 _HAS_LETTER = re.compile(r"[^\W\d_]")
 # Hard-wrapped prose keeps its single newlines; blank lines and markdown blocks (headings, list items, tables, code
 # fences) end a "sentence", otherwise a bullet list would read as one sentence relating every item to every other.
@@ -63,6 +70,36 @@ _MARKUP = re.compile(
     r"|\b(?:https?|ftp)://[^\s<>\"]*[^\s<>\".,;:!?)\]]"  # a bare URL, without the punctuation that follows it
 )
 _MARKUP_IN_NAME = re.compile(r"[\[\]{}<>|=\\]|://")
+
+# spaCy's labels for people, organizations, places and nationalities: proper nouns of prose. A technical-looking name
+# under one of them is an NER mistake; code-like names are relabelled as spaCy's software label, acronyms (whose
+# kind the shape does not tell: CPU, API, HPA, TLS) get the ontology's default type.
+_PROPER_NOUN_LABELS = frozenset({"PERSON", "ORG", "GPE", "LOC", "FAC", "NORP"})
+_SOFTWARE_LABEL = "PRODUCT"
+_ACRONYM = re.compile(r"[A-Z][A-Z0-9]*[A-Z][A-Z0-9]*s?")
+# CamelCase (a capital after two lower-case letters: "McLean" is a surname), lower-case kebab-case, an inner _ or /, a
+# lower-case dotted part, letters mixed with digits: identifiers, file names and versions, not words of prose
+# ("Hewlett-Packard" is prose).
+_CODE_LIKE = re.compile(r"[a-z]{2}[A-Z]|[a-z0-9]-[a-z0-9]|\w[_/]\w|[a-z0-9]\.[a-z]|[^\W\d_]\d|\d[^\W\d_]")
+
+# Relation statements. These are words of grammar, not of relations (the relation words are the configured
+# patterns): which words continue a list of objects, which introduce a relative clause about the entity before
+# them, and which negate the statement.
+# Code quotes and emphasis around a name are markup, not words between it and a verb phrase.
+_QUOTING = re.compile(r"[`*\"\u201c\u201d]")
+# A verb phrase's subject is looked for only after the last of these before it ("X fails; it uses Y": "it").
+_CLAUSE_BREAK = re.compile(r"[;:()\[\]{}!?|\u2013\u2014]|\s-\s|\.\s")
+_GAP_WORD = re.compile(r"[^\W\d_]+")
+# "A uses B, C and D": what may stand between two objects of one verb phrase.
+_LIST_SEPARATOR = re.compile(r"\s*(?:[,/&]\s*)?(?:(?:and|or)\s+)?(?:(?:the|a|an)\s+)?", re.IGNORECASE)
+_RELATIVE_CLAUSE = re.compile(r"\s*,\s*(?:which|that|who)\s+", re.IGNORECASE)
+_NOT_IN_A_GAP = frozenset({"and", "or", "but", "not", "no", "never", "nor", "if", "when", "whether", "because"})
+# At most this many words ("also", "at least", "the official") between a verb phrase and its subject or first object.
+MAX_GAP_WORDS = 2
+# How a sentence refers to the entity its document is about: "It uses …", "The service calls …" (for a document
+# titled "… Service"), "This service depends on …".
+_PRONOUN_REFERENCE = frozenset({"it"})
+_DETERMINER_REFERENCE = frozenset({"the", "this"})
 
 
 def load_spacy(model_name: str) -> Language:
@@ -93,6 +130,25 @@ class _Span:
     key: str  # normalize_name of the display form: identity within a chunk
     type: str
     spotter: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Phrase:
+    """A match of a relation pattern in a sentence: the verb phrase of a stated relation."""
+
+    start: int
+    end: int
+    type: str
+    predicate: str
+    reverse: bool  # the phrase's subject is the relation's target ("B is used by A")
+
+
+@dataclass(frozen=True, slots=True)
+class _Statement:
+    source: _Span
+    target: _Span
+    type: str
+    predicate: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +199,9 @@ class _Sentences:
     def index_of(self, span: _Span) -> int:
         return max(bisect.bisect_right(self._starts, span.start) - 1, 0)
 
+    def bounds(self, index: int) -> tuple[int, int]:
+        return self._bounds[index]
+
     def text(self, index: int) -> str:
         start, end = self._bounds[index]
         return _trim(self._text[start:end])
@@ -162,9 +221,17 @@ def _trie_pattern(node: Mapping[str, Any]) -> str:
 
 
 class OfflineExtractor:
-    """Dictionary, pattern, NER and title spotters plus sentence co-occurrence relations; see the module docstring."""
+    """Dictionary, pattern, NER and title spotters plus stated and co-occurrence relations; see the module docstring."""
 
-    def __init__(self, extraction: ExtractionConfig, ontology: Ontology, batch_size: int = 64):
+    def __init__(
+        self,
+        extraction: ExtractionConfig,
+        ontology: Ontology,
+        batch_size: int = 64,
+        known_names: Mapping[str, str] | None = None,
+    ):
+        """``known_names`` (name -> entity type, e.g. a service catalog's) are spotted like the configured dictionary,
+        whose type wins when both name the same thing."""
         self._config = extraction
         self._ontology = ontology
         self._batch_size = batch_size
@@ -173,6 +240,8 @@ class OfflineExtractor:
         for entity_type, type_names in extraction.dictionary.items():
             for name in type_names:
                 names.setdefault(name, ontology.entity_type(entity_type))
+        for name, entity_type in (known_names or {}).items():
+            names.setdefault(name, ontology.entity_type(entity_type))
         dictionary_types = {normalize_name(name): entity_type for name, entity_type in names.items()}
         # Alias surface forms are names the user told us about: spot them too, typed like their canonical name.
         for surface, canonical in extraction.aliases.items():
@@ -258,7 +327,7 @@ class OfflineExtractor:
             )
             for key, span in best.items()
         )
-        relations = self._relations(chunk_id, text, spans, sentences)
+        relations = self._relations(chunk_id, text, spans, sentences, title_span)
         if title_span is not None:
             relations += self._title_relations(chunk_id, title_span.key, best, relations, entities)
         return ChunkExtraction(chunk_id=chunk_id, entities=entities, relations=tuple(relations))
@@ -271,7 +340,7 @@ class OfflineExtractor:
         for regex, entity_type in self._patterns:
             found.extend((m.start(), m.end(), None, entity_type, "pattern") for m in regex.finditer(text))
         for start, end, label in ner_entities:
-            entity_type = self._ner_labels.get(label, self._ontology.default_entity_type)
+            entity_type = self._ner_type(label, text[start:end])
             if entity_type is not None:
                 found.append((start, end, None, entity_type, "ner"))
         spans = []
@@ -284,6 +353,20 @@ class OfflineExtractor:
             if span is not None:
                 spans.append(span)
         return spans
+
+    def _ner_type(self, label: str, surface: str) -> str | None:
+        """The ontology type for an NER span; None drops it. A person, organization or place label on a name with a
+        technical word in it is replaced: code-like names take the software label's type, acronyms the default."""
+        cleaned = _clean_bounds(surface, 0, len(surface))
+        if label in _PROPER_NOUN_LABELS and cleaned is not None:
+            name = surface[cleaned[0] : cleaned[1]]
+            words = [word for word in (word.strip(_EDGE_TEXT) for word in name.split()) if word]
+            # A name of prose starts with a capital ("University of Copenhagen"); "kubelet Service" is code-like.
+            if any(_CODE_LIKE.search(word) for word in words) or (words and words[0][0].islower()):
+                label = _SOFTWARE_LABEL
+            elif any(_ACRONYM.fullmatch(word) for word in words):
+                return self._ontology.default_entity_type
+        return self._ner_labels.get(label, self._ontology.default_entity_type)
 
     def _make_span(self, start: int, end: int, surface: str, entity_type: str, spotter: str) -> _Span | None:
         name = " ".join(surface.split())
@@ -325,7 +408,7 @@ class OfflineExtractor:
         return title_span
 
     def _relations(
-        self, chunk_id: str, text: str, spans: Sequence[_Span], sentences: _Sentences
+        self, chunk_id: str, text: str, spans: Sequence[_Span], sentences: _Sentences, title_span: _Span | None
     ) -> list[RelationMention]:
         fallback = self._ontology.fallback_relationship_type
         by_sentence: dict[int, list[_Span]] = {}
@@ -335,36 +418,42 @@ class OfflineExtractor:
         found: dict[tuple[str, ...], RelationMention] = {}
         typed_pairs: set[frozenset[str]] = set()
         for index, members in sorted(by_sentence.items()):
+            description = sentences.text(index)
+            start, end = sentences.bounds(index)
+            for statement in self._statements(text, start, end, members, title_span):
+                source, target = statement.source, statement.target
+                typed_pairs.add(frozenset((source.key, target.key)))
+                found.setdefault(
+                    ("typed", source.key, statement.type, target.key),
+                    RelationMention(
+                        source=source.name,
+                        target=target.name,
+                        type=statement.type,
+                        predicate=statement.predicate,
+                        description=description,
+                        weight=1.0,
+                        chunk_id=chunk_id,
+                    ),
+                )
             if len(members) > self._config.max_entities_per_sentence:
                 # A long enumeration is a list, not a web of relations: only neighbours are related.
                 pairs = [(i, i + 1) for i in range(len(members) - 1)]
             else:
                 pairs = [(i, j) for i in range(len(members)) for j in range(i + 1, len(members))]
-            description = sentences.text(index)
             for i, j in pairs:
                 first, second = members[i], members[j]
                 if first.key == second.key:
                     continue
-                # Only adjacent mentions are typed: with another entity in between, the connecting words belong to it.
-                typed = self._typed_relation(text[first.end : second.start]) if j == i + 1 else None
-                if typed is not None:
-                    relation_type, predicate, reverse = typed
-                    source, target = (second, first) if reverse else (first, second)
-                    key: tuple[str, ...] = ("typed", source.key, relation_type, target.key)
-                    weight = 1.0
-                    typed_pairs.add(frozenset((first.key, second.key)))
-                else:
-                    relation_type, predicate, source, target = fallback, COOCCURRENCE_PREDICATE, first, second
-                    key = ("co-occurrence", *sorted((first.key, second.key)))
-                    # Closer mentions are more likely related: neighbours weigh 1/2, one entity apart 1/3, and so on.
-                    weight = 1.0 / (1 + j - i)
+                key = ("co-occurrence", *sorted((first.key, second.key)))
+                # Closer mentions are more likely related: neighbours weigh 1/2, one entity apart 1/3, and so on.
+                weight = 1.0 / (1 + j - i)
                 previous = found.get(key)
                 if previous is None or weight > previous.weight:
                     found[key] = RelationMention(
-                        source=source.name,
-                        target=target.name,
-                        type=relation_type,
-                        predicate=predicate,
+                        source=first.name,
+                        target=second.name,
+                        type=fallback,
+                        predicate=COOCCURRENCE_PREDICATE,
                         description=description,
                         weight=weight,
                         chunk_id=chunk_id,
@@ -376,12 +465,37 @@ class OfflineExtractor:
             if not (key[0] == "co-occurrence" and frozenset(key[1:]) in typed_pairs)
         ]
 
-    def _typed_relation(self, between: str) -> tuple[str, str, bool] | None:
+    def _statements(
+        self, text: str, start: int, end: int, members: Sequence[_Span], title_span: _Span | None
+    ) -> list[_Statement]:
+        """Typed relations text[start:end] states: for each relation phrase, its subject (looked for in the phrase's
+        clause, which starts after clause punctuation or the previous phrase) and its list of objects."""
+        phrases = self._relation_phrases(text, start, end, members)
+        statements = []
+        for index, phrase in enumerate(phrases):
+            clause_start = phrases[index - 1].end if index else start
+            for boundary in _CLAUSE_BREAK.finditer(text, clause_start, phrase.start):
+                clause_start = boundary.end()
+            subject = _subject(text, clause_start, phrase.start, members, title_span)
+            if subject is None:
+                continue
+            for target in _objects(text, phrase.end, members):
+                if target.key != subject.key:
+                    source, target = (target, subject) if phrase.reverse else (subject, target)
+                    statements.append(_Statement(source, target, phrase.type, phrase.predicate))
+        return statements
+
+    def _relation_phrases(self, text: str, start: int, end: int, members: Sequence[_Span]) -> list[_Phrase]:
+        """Matches of the relation patterns in text[start:end], in text order. A match inside an entity's name is
+        part of the name ("Calls Dashboard"); where matches overlap, the pattern configured first wins."""
+        accepted: list[_Phrase] = []
         for regex, relation_type, reverse in self._relation_patterns:
-            match = regex.search(between)
-            if match:
-                return relation_type, " ".join(match.group(0).split()), reverse
-        return None
+            for match in regex.finditer(text, start, end):
+                if any(match.start() < other.end and other.start < match.end() for other in (*members, *accepted)):
+                    continue
+                predicate = " ".join(match.group(0).split())
+                accepted.append(_Phrase(match.start(), match.end(), relation_type, predicate, reverse))
+        return sorted(accepted, key=lambda phrase: phrase.start)
 
     def _title_relations(
         self,
@@ -544,6 +658,60 @@ def _resolve_overlaps(candidates: Sequence[_Span]) -> list[_Span]:
         ends.insert(at, span.end)
         accepted.insert(at, span)
     return accepted
+
+
+def _subject(
+    text: str, clause_start: int, phrase_start: int, members: Sequence[_Span], title_span: _Span | None
+) -> _Span | None:
+    """The subject of the relation phrase at ``phrase_start``: the nearest entity before it in its clause when only a
+    few words (or ", which") separate them; with no entity before it, the title entity if the clause refers to it."""
+    before = [span for span in members if clause_start <= span.start and span.end <= phrase_start]
+    if before:
+        nearest = before[-1]
+        gap = _QUOTING.sub(" ", text[nearest.end : phrase_start])
+        relative = _RELATIVE_CLAUSE.match(gap)
+        return nearest if _is_short_gap(gap[relative.end() :] if relative else gap) else None
+    if title_span is not None and _refers_to(_QUOTING.sub(" ", text[clause_start:phrase_start]), title_span):
+        return title_span
+    return None
+
+
+def _objects(text: str, phrase_end: int, members: Sequence[_Span]) -> list[_Span]:
+    """The objects of the relation phrase ending at ``phrase_end``: the entity a few words after it and the entities
+    listed after that one ("B, C and D"). Anything else between them (punctuation, another clause, another verb
+    phrase) ends the list."""
+    objects: list[_Span] = []
+    position = phrase_end
+    for span in members:
+        if span.start < phrase_end:
+            continue
+        gap = _QUOTING.sub(" ", text[position : span.start])
+        if not (_LIST_SEPARATOR.fullmatch(gap) if objects else _is_short_gap(gap)):
+            break
+        objects.append(span)
+        position = span.end
+    return objects
+
+
+def _is_short_gap(gap: str) -> bool:
+    """At most MAX_GAP_WORDS plain words, none of which joins, negates or conditions the statement."""
+    words = gap.split()
+    return len(words) <= MAX_GAP_WORDS and all(
+        _GAP_WORD.fullmatch(word) and word.lower() not in _NOT_IN_A_GAP for word in words
+    )
+
+
+def _refers_to(clause_prefix: str, title_span: _Span) -> bool:
+    """Whether the words that open a clause before its verb phrase refer to the document's title entity: "it", or
+    "the"/"this" and the title's last word ("the service" in a document titled "Cart Service"), then a short gap."""
+    words = clause_prefix.lower().split()
+    if words[:1] and words[0] in _PRONOUN_REFERENCE:
+        rest = words[1:]
+    elif len(words) >= 2 and words[0] in _DETERMINER_REFERENCE and words[1] == title_span.name.lower().split()[-1]:
+        rest = words[2:]
+    else:
+        return False
+    return _is_short_gap(" ".join(rest))
 
 
 def _clean_bounds(text: str, start: int, end: int) -> tuple[int, int] | None:
