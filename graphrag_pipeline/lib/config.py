@@ -186,6 +186,9 @@ class RetrievalConfig(StrictModel):
     rrf_k: int = Field(60, ge=1)
     top_k: int = Field(10, ge=1)
     keyword_weight: float = Field(0.3, ge=0)  # BM25 over chunk texts, scaled to [0, 1] per question
+    # The share of the question's identifiers (alert, metric, error names) a passage contains: an exact identifier
+    # outweighs any similarity a page without it can have.
+    identifier_weight: float = Field(0.7, ge=0)
     # Documents about the entities a question's relationship intent reaches ("which services does X depend on")
     # rank by this signal; above the others' sum, so they lead when the intent was understood.
     relation_weight: float = Field(1.5, ge=0)

@@ -19,6 +19,12 @@ from scipy import sparse
 # "KubePodCrashLooping" or "payments-api" is kept whole as well as in parts, so the exact spelling scores highest.
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _IDENTIFIER = re.compile(r"[^\W_]+(?:[\-_.][^\W_]+)+", re.UNICODE)
+# Identifiers by their shape: joined by - _ . ("payments-api", "ERR_QUOTA_7"), CamelCase with two humps or more
+# ("KubePodCrashLooping"), or letters with digits ("http2", "s3").
+_IDENTIFIER_SHAPE = re.compile(r"[^\W_]+(?:[\-_.][^\W_]+)+|[A-Z]?[a-z0-9]+(?:[A-Z][a-z0-9]+){2,}|\w*[^\W\d_]\d\w*|\w*\d[^\W\d_]\w*")
+# A question's identifier counts this many times its idf: an exact identifier must not lose to a page that merely
+# shares more of the question's ordinary words.
+IDENTIFIER_BOOST = 3.0
 K1 = 1.2
 B = 0.75
 
@@ -27,6 +33,11 @@ def terms(text: str) -> list[str]:
     """The terms BM25 counts in a text: its words and its compound identifiers, lower-cased."""
     lowered = text.lower()
     return _WORD.findall(lowered) + _IDENTIFIER.findall(lowered)
+
+
+def identifiers(text: str) -> set[str]:
+    """The text's terms that are identifiers by their shape (as written: CamelCase shows only before lower-casing)."""
+    return {term.lower() for term in _IDENTIFIER_SHAPE.findall(text)}
 
 
 class KeywordIndex:
@@ -73,13 +84,27 @@ class KeywordIndex:
         size = len(self.item_ids)
         return math.log(1 + (size - 0.5) / 1.5) if size else 0.0
 
+    def identifier_matches(self, query: str) -> dict[str, float]:
+        """Item → the share of the query's identifiers (those the texts hold at all) it contains: an exact
+        identifier is the strongest evidence a question can give, whatever else the item says."""
+        rows = [self._vocabulary[term] for term in identifiers(query) if term in self._vocabulary]
+        if not rows:
+            return {}
+        contained = (self._weights[rows] > 0).astype(np.float64).sum(axis=0)
+        shares = np.asarray(contained).ravel() / len(rows)
+        return {self.item_ids[i]: float(shares[i]) for i in np.flatnonzero(shares)}
+
     def scores(self, query: str, limit: int) -> dict[str, float]:
         """The ``limit`` best items for a query with their BM25 scores divided by the best one (so in (0, 1])."""
         query_terms = Counter(t for t in terms(query) if t in self._vocabulary)
         if not query_terms or not self.item_ids:
             return {}
         rows = [self._vocabulary[t] for t in query_terms]
-        factors = np.asarray([self._idf[r] * n for r, n in zip(rows, query_terms.values())])
+        exact = identifiers(query)
+        factors = np.asarray([
+            self._idf[row] * count * (IDENTIFIER_BOOST if term in exact else 1.0)
+            for term, row, count in zip(query_terms, rows, query_terms.values())
+        ])
         totals = np.asarray(self._weights[rows].multiply(factors[:, None]).sum(axis=0)).ravel()
         best = float(totals.max())
         if best <= 0:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from wordfreq import zipf_frequency
 
-from graphrag_pipeline.lib.ids import normalize_name
+from graphrag_pipeline.lib.ids import name_variants, normalize_name
 from graphrag_pipeline.lib.models import Entity
 
 _TOKEN = re.compile(r"[\w][\w'’.\-/]*", re.UNICODE)
@@ -81,9 +81,10 @@ class NameIndex:
         self._corpus = corpus or CorpusCase(())
         for entity in entities:
             for name in (entity.name, entity.canonical, *entity.aliases):
-                key = normalize_name(name)
-                if key and key not in STOPWORDS and not key.isdigit():
-                    self._ids_by_name.setdefault(key, set()).add(entity.entity_id)
+                # "Ledger Service" is also written "ledger-service" or "LedgerService" (split by normalize_name).
+                for key in name_variants(name):
+                    if key not in STOPWORDS and not key.isdigit():
+                        self._ids_by_name.setdefault(key, set()).add(entity.entity_id)
 
     def __len__(self) -> int:
         return len(self._ids_by_name)

@@ -171,6 +171,7 @@ class Retrieval:
     vector_floor: float = 0.0  # similarity assumed for chunks outside the vector pool
     fell_back_to_vector: bool = False
     keyword_scores: dict[str, float] = field(default_factory=dict)  # BM25 / the question's best
+    identifier_scores: dict[str, float] = field(default_factory=dict)  # share of the question's identifiers held
     # The relationships the question asked for, the ones followed, and the documents about what they reached.
     intents: list[RelationIntent] = field(default_factory=list)
     followed: list[Relationship] = field(default_factory=list)
@@ -273,7 +274,9 @@ class GraphRetriever(VectorRetriever):
         config, graph, timings = self.index.config, self.index.graph, result.timings
 
         started = time.perf_counter()
-        result.keyword_scores = self.index.keyword_index().scores(question, SCORING_POOL)
+        keywords = self.index.keyword_index()
+        result.keyword_scores = keywords.scores(question, SCORING_POOL)
+        result.identifier_scores = keywords.identifier_matches(question)
         timings["keyword_search"] = elapsed_ms(started)
 
         started = time.perf_counter()
@@ -457,14 +460,16 @@ class HybridRetriever(GraphRetriever):
     ) -> dict[str, float]:
         config = self.index.config
         candidates = set(entry) | set(graph_pool) | set(retrieval.keyword_scores) | set(retrieval.relation_scores)
+        candidates |= set(retrieval.identifier_scores)
         signals = {
             "vector": {c: retrieval.vector_scores.get(c, retrieval.vector_floor) for c in candidates},
             "graph": {c: retrieval.graph_scores.get(c, 0.0) for c in candidates},
             "keyword": {c: retrieval.keyword_scores.get(c, 0.0) for c in candidates},
             "relation": {c: retrieval.relation_scores.get(c, 0.0) for c in candidates},
+            "identifier": {c: retrieval.identifier_scores.get(c, 0.0) for c in candidates},
         }
         weights = {"vector": config.vector_weight, "graph": config.graph_weight, "keyword": config.keyword_weight,
-                   "relation": config.relation_weight}
+                   "relation": config.relation_weight, "identifier": config.identifier_weight}
         if parameters.fusion == "rrf":
             return reciprocal_rank_fusion(
                 {name: rank(scores) if name == "vector" else rank({c: s for c, s in scores.items() if s > 0})

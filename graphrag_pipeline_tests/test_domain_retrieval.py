@@ -1,0 +1,214 @@
+"""Retrieval on a service domain: runbook-style documents plus a Backstage catalog, on a small invented corpus.
+
+Pinned here: a catalog entity's title, aliases and spelling variants are one node that text and questions link to;
+a question's relationship intent is followed in its direction to the documents about what it reaches (catalog pages
+are facts, in the response's relationships); ordinary words are weak links; results are distinct documents with
+their best passages; the keyword signal rescues exact identifiers. The index is built by the real stages with the
+packaged offline extractor and the deterministic bag-of-words embedder of ``test_retrieval_mechanisms``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from graphrag_pipeline.lib.ids import entity_id
+from graphrag_pipeline.lib.stages import build_everything
+from graphrag_pipeline.lib.state import StateStore
+from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorReader
+from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
+from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.query.engine import QueryEngine
+from graphrag_pipeline.query.linking import GENERIC_NAME_CONFIDENCE
+
+from .conftest import folder_settings
+from .test_retrieval_mechanisms import HashedEmbedder, content_words
+
+pytestmark = pytest.mark.slow  # the offline extractor loads spaCy
+
+CATALOG = """\
+apiVersion: backstage.io/v1alpha1
+kind: Component
+metadata: {name: ledger, title: Ledger Service, aliases: [ldgr]}
+spec: {type: service, owner: group:team-coins, dependsOn: [component:vaultstore, component:ratelimiter]}
+---
+apiVersion: backstage.io/v1alpha1
+kind: Component
+metadata: {name: vaultstore, title: Vault Store}
+spec: {type: service, owner: group:team-coins}
+---
+apiVersion: backstage.io/v1alpha1
+kind: Component
+metadata: {name: ratelimiter, title: Rate Limiter}
+spec: {type: service, owner: group:team-coins}
+---
+apiVersion: backstage.io/v1alpha1
+kind: Component
+metadata: {name: storefront, title: Storefront Web}
+spec: {type: service, owner: group:package, dependsOn: [component:ledger]}
+---
+apiVersion: backstage.io/v1alpha1
+kind: Group
+metadata: {name: package}
+spec: {type: team}
+"""
+
+HANDBOOK_TOPICS = ["tariffs", "refunds", "audits", "rollovers", "ledgers", "escrow", "invoices", "payouts"]
+DOCS = {
+    "ledger.md": "# Ledger Service\n\nLedger Service records every coin transfer and settles balances nightly.\n",
+    "vaultstore.md": "# Vault Store\n\nVault Store keeps encrypted balance snapshots on disk.\n",
+    "ratelimiter.md": "# Rate Limiter\n\nRate Limiter throttles bursts of transfer requests per customer.\n",
+    "storefront.md": "# Storefront Web\n\nStorefront Web renders the shop pages and the basket.\n",
+    "depends-essay.md": "# Dependency essay\n\nWhich services depend on which is documented in many places; a degraded "
+                        "service is one that services depend on.\n",
+    "package-upload.md": "# Package uploads\n\nA package upload job completes when the package is stored.\n",
+    # Keyword rescue: the identifier is in one long page; short pages share the question's other words.
+    "quota-errors.md": "# Quota errors\n\n" + " ".join(
+        f"Clerks reconcile {topic} weekly and archive {topic} receipts." for topic in HANDBOOK_TOPICS
+    ) + " The error ERR_QUOTA_TOKEN_7731 means the quota token expired during settlement.\n",
+    "quota-tokens.md": "# Quota tokens\n\nQuota tokens expire during settlement.\n",
+    "settlement.md": "# Settlement\n\nSettlement of quota tokens happens at night.\n",
+    # Document results: one long handbook of many passages.
+    "handbook.md": "# Treasury handbook\n\n" + "\n\n".join(
+        f"## {topic.title()}\n\n" + " ".join(
+            f"Treasury desk step {n} for {topic}: count, sign and file the {topic} sheet." for n in range(40)
+        )
+        for topic in HANDBOOK_TOPICS
+    ) + "\n",
+}
+DEPS_QUESTION = "Ledger Service is degraded. Which services does it depend on, and where are they documented?"
+DEPENDENTS_QUESTION = "Ledger Service is down. Which services that depend on it are affected?"
+KEYWORD_QUESTION = "What does ERR_QUOTA_TOKEN_7731 mean for quota tokens during settlement?"
+HANDBOOK_QUESTION = "Which treasury desk steps count, sign and file the sheets?"
+GENERIC_QUESTION = "Alert Package Upload is firing: the package upload job did not complete"
+QUESTIONS = [DEPS_QUESTION, DEPENDENTS_QUESTION, KEYWORD_QUESTION, HANDBOOK_QUESTION, GENERIC_QUESTION]
+VOCABULARY = set().union(*(content_words(text) for text in [*DOCS.values(), CATALOG, *QUESTIONS]))
+
+
+def doc(name: str) -> str:
+    return f"t:{name}"
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    root: Path = tmp_path_factory.mktemp("domain")
+    corpus, catalog = root / "corpus", root / "catalog"
+    corpus.mkdir()
+    catalog.mkdir()
+    for name, text in DOCS.items():
+        (corpus / name).write_text(text, encoding="utf-8")
+    (catalog / "catalog-info.yaml").write_text(CATALOG, encoding="utf-8")
+    settings = folder_settings(root / "index", corpus).with_overrides(sources=[
+        {"name": "t", "kind": "folder", "path": str(corpus)},
+        {"name": "cat", "kind": "catalog", "path": str(catalog)},
+    ])
+    with Workspace(settings, embedder=HashedEmbedder(VOCABULARY)) as workspace:
+        build_everything(workspace)
+    index = Path(settings.index_dir)
+    with QueryEngine(
+        settings,
+        state=StateStore(index / "state.sqlite", read_only=True),
+        graph_store=EmbeddedGraphStore(index / "graph.sqlite", read_only=True),
+        vector_store=EdgeVectorReader(index / "vectors"),
+        embedder=HashedEmbedder(VOCABULARY),
+    ) as opened:
+        yield opened
+
+
+def is_catalog_page(doc_id: str) -> bool:
+    return doc_id.startswith("cat:")
+
+
+# --- catalog-aware entity resolution --------------------------------------------------------------------------------
+
+
+def test_a_catalog_title_is_the_catalog_node_not_a_second_entity(engine):
+    ledger = engine.graph.get_entities([entity_id("ledger")])[entity_id("ledger")]
+    assert ledger.name == "ledger" and ledger.type == "Service"  # the catalog's name and type, not the title's
+    assert {"Ledger Service", "ldgr"} <= set(ledger.aliases)
+    assert doc("ledger.md") in ledger.doc_ids  # the README's title mentions are the catalog node's
+    assert not engine.graph.get_entities([entity_id("ledger service")])  # no second node for the title
+
+
+@pytest.mark.parametrize("words", ["Ledger Service", "ldgr", "LEDGER SERVICE", "ledger-service"])
+def test_a_question_naming_a_title_alias_or_variant_links_the_catalog_entity(engine, words):
+    response = engine.query(f"Is {words} healthy today?")
+    linked = {e.id: e for e in response.entities_mentioned}
+    assert entity_id("ledger") in linked
+    assert linked[entity_id("ledger")].confidence == 1.0
+    assert linked[entity_id("ledger")].linked_by == f"name:{words}"
+
+
+# --- intent: typed, directed traversal ------------------------------------------------------------------------------
+
+
+def test_what_a_service_depends_on_ranks_the_documents_about_its_dependencies_first(engine):
+    response = engine.query(DEPS_QUESTION, top_k=5)
+    assert set(response.doc_ids[:2]) == {doc("vaultstore.md"), doc("ratelimiter.md")}
+    assert not any(is_catalog_page(d) for d in response.doc_ids[:2])
+    followed = [f for f in response.relationships if f.followed]
+    assert {(f.source, f.type, f.target) for f in followed} == {
+        ("ledger", "DEPENDS_ON", "vaultstore"), ("ledger", "DEPENDS_ON", "ratelimiter")
+    }
+    assert response.relationships[: len(followed)] == followed  # the asked-for facts lead
+    assert all(f.doc_ids and all(is_catalog_page(d) for d in f.doc_ids) for f in followed)
+
+
+def test_what_depends_on_a_service_follows_the_same_edges_the_other_way(engine):
+    response = engine.query(DEPENDENTS_QUESTION, top_k=5)
+    assert response.doc_ids[0] == doc("storefront.md")
+    assert doc("vaultstore.md") not in response.doc_ids[:2]  # a dependency is not a dependent
+    followed = {(f.source, f.type, f.target) for f in response.relationships if f.followed}
+    assert followed == {("storefront", "DEPENDS_ON", "ledger")}
+    top = response.results[0]
+    assert top.relation_score == 1.0 and top.entity_path[-1] == "storefront"
+
+
+def test_without_a_relationship_phrase_nothing_is_followed(engine):
+    response = engine.query("Ledger Service records coin transfers", top_k=5)
+    assert not any(f.followed for f in response.relationships)
+    assert all(r.relation_score == 0 for r in response.results)
+    assert response.doc_ids[0] == doc("ledger.md")
+
+
+# --- link confidence ------------------------------------------------------------------------------------------------
+
+
+def test_an_ordinary_word_is_a_weak_link_and_bounds_what_the_graph_gives(engine):
+    retrieval = engine.retrieve(GENERIC_QUESTION)
+    package = entity_id("package")
+    assert retrieval.linked[package] == ("name:Package", GENERIC_NAME_CONFIDENCE)
+    # Every chunk the walk scored from the weak link scores at most what that link seeded.
+    from_package = [c for c, e in retrieval.best_entity.items()
+                    if retrieval.reached[e].path[0] == package and c in retrieval.graph_scores]
+    assert from_package
+    assert all(retrieval.graph_scores[c] <= 0.8 * GENERIC_NAME_CONFIDENCE + 1e-9 for c in from_package)
+
+
+# --- document results -----------------------------------------------------------------------------------------------
+
+
+def test_results_are_distinct_documents_with_their_best_passages(engine):
+    chunks = engine.query(HANDBOOK_QUESTION, top_k=5, results="chunks")
+    assert len(chunks.results) == 5 and [r.doc_id for r in chunks.results].count(doc("handbook.md")) >= 2
+    documents = engine.query(HANDBOOK_QUESTION, top_k=5)
+    doc_ids = [r.doc_id for r in documents.results]
+    assert len(doc_ids) == len(set(doc_ids)) and doc_ids[0] == doc("handbook.md")
+    handbook = documents.results[0]
+    cited = [c.chunk_id for c in handbook.citations]
+    assert cited[0] == handbook.chunk_id and len(cited) >= 2 and len(set(cited)) == len(cited)
+    assert all(c.doc_id == doc("handbook.md") for c in handbook.citations)
+    # Its passages are the handbook's best ones, best first: the chunk-level ranking's handbook passages.
+    assert cited == [r.chunk_id for r in chunks.results if r.doc_id == doc("handbook.md")][: len(cited)]
+
+
+# --- keyword signal -------------------------------------------------------------------------------------------------
+
+
+def test_an_exact_identifier_is_rescued_by_the_keyword_signal(engine):
+    vector = engine.query(KEYWORD_QUESTION, mode="vector", top_k=5)
+    assert vector.doc_ids[0] != doc("quota-errors.md")  # the short pages look more similar
+    assert engine.query(KEYWORD_QUESTION, mode="keyword", top_k=5).doc_ids[0] == doc("quota-errors.md")
+    hybrid = engine.query(KEYWORD_QUESTION, top_k=5)
+    assert hybrid.doc_ids[0] == doc("quota-errors.md") and hybrid.results[0].keyword_score == 1.0
