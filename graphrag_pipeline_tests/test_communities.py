@@ -191,14 +191,17 @@ def summarize(**overrides):
     return summarize_community_extractively(COMMUNITY, ENTITIES, RELATIONSHIPS, **arguments)
 
 
-def test_extractive_summary_leads_with_top_entities_and_strongest_relationship():
+def test_extractive_summary_opens_with_members_by_type_then_relationship_kinds_then_strongest_fact():
     summary = summarize()
     lines = summary.summary.splitlines()
 
-    assert summary.title == "payments-api, checkout-service and team-payments"
-    assert summary.top_entities == ("payments-api", "checkout-service", "team-payments")
-    assert lines[0] == "Entities: payments-api (service), checkout-service (service), team-payments (team)."
-    assert lines[1] == "Checkout calls the payments API to charge."
+    # checkout-service is mentioned more than team-payments but most of its weight (the frontend call) leaves the
+    # community, so it ranks last; it still makes the title, as a member of the leading type.
+    assert summary.title == "Services: payments-api and checkout-service"
+    assert summary.top_entities == ("payments-api", "team-payments", "postgres")
+    assert lines[0] == "Services: payments-api; Teams: team-payments; Databases: postgres."
+    assert lines[1] == "Relationships: team owns service (2), service alerts team (1), service depends on service (1)."
+    assert lines[2] == "Checkout calls the payments API to charge."
     assert lines[-1] == "Sources: 3 documents."
     assert "Frontend" not in summary.summary  # relationship leaves the community
     assert summary.summary.casefold().count("team payments owns the payments api") == 1
@@ -212,21 +215,22 @@ def test_extractive_summary_respects_limits():
     lines = summary.summary.splitlines()
 
     assert summary.top_entities == ("payments-api",)
-    assert "payments-api" in summary.title
-    assert lines == [
-        "Entities: payments-api (service).",
+    assert lines[0] == "Services: payments-api."
+    assert lines[2:] == [
         "Checkout calls the payments API to charge.",
         "Team Payments owns the payments API.",
         "Sources: 3 documents.",
     ]
     # Capped chunks come from the highest-ranked entity first.
-    assert summary.chunk_ids == tuple(sorted(f"chunk-payments-api-{i}" for i in range(4)))
+    assert summary.chunk_ids == tuple(f"chunk-payments-api-{i}" for i in range(4))
 
 
-def test_extractive_summary_chunk_ids_are_the_sorted_union_of_members():
+def test_extractive_summary_chunk_ids_are_the_members_chunks_in_rank_order():
     summary = summarize()
     members = [ENTITIES[e] for e in COMMUNITY.entity_ids]
-    assert summary.chunk_ids == tuple(sorted({c for e in members for c in e.chunk_ids}))
+    assert sorted(summary.chunk_ids) == sorted({c for e in members for c in e.chunk_ids})
+    assert summary.chunk_ids[0] == "chunk-payments-api-0"
+    assert summary.chunk_ids[-1].startswith("chunk-checkout-service-")  # the member that mostly belongs elsewhere
 
 
 def test_extractive_summary_is_deterministic_and_ignores_relationship_order():
@@ -237,8 +241,12 @@ def test_extractive_summary_is_deterministic_and_ignores_relationship_order():
 
 def test_entity_descriptions_top_up_when_there_are_no_relationships():
     summary = summarize_community_extractively(COMMUNITY, ENTITIES, [], top_entities=2, max_sentences=5)
-    assert summary.title == "payments-api, checkout-service and team-payments"  # by mention count alone
-    assert summary.summary.splitlines()[1:3] == ["The payments API charges cards.", "Checkout orchestrates orders."]
+    assert summary.title == "Services: payments-api and checkout-service"  # by mention count alone
+    assert summary.summary.splitlines()[:3] == [
+        "Services: payments-api, checkout-service.",  # no relationship line: there are none
+        "The payments API charges cards.",
+        "Checkout orchestrates orders.",
+    ]
 
 
 def test_well_connected_entity_outranks_a_slightly_more_mentioned_one():
@@ -249,27 +257,115 @@ def test_well_connected_entity_outranks_a_slightly_more_mentioned_one():
     assert summary.top_entities[0] == "postgres"
 
 
-def test_content_hash_follows_membership_and_descriptions():
-    descriptions = {e: ENTITIES[e].description for e in COMMUNITY.entity_ids}
-    baseline = community_content_hash(COMMUNITY, descriptions)
+def community_of(*entities: Entity) -> tuple[Community, dict[str, Entity]]:
+    members = sorted(e.entity_id for e in entities)
+    return Community(community_id(2, members), 2, None, tuple(members)), {e.entity_id: e for e in entities}
+
+
+def shop_with(hub: Entity) -> tuple[Community, dict[str, Entity], list[Relationship]]:
+    """Three services calling each other, and a hub that every one of them mentions and links to."""
+    services = [entity(name, "Service", 2, "", ("doc-shop",)) for name in ("cart", "checkout", "payment")]
+    calls = [relationship("checkout", other, "DEPENDS_ON", 1.0, "") for other in ("cart", "payment")]
+    spokes = [relationship(s.name, hub.name, "RELATED_TO", 2.0, "") for s in services]
+    community, entities = community_of(hub, *services)
+    return community, entities, calls + spokes
+
+
+def title_of(community, entities, relationships, generic_types=()) -> str:
+    return summarize_community_extractively(
+        community, entities, relationships, top_entities=5, max_sentences=3, generic_types=generic_types
+    ).title
+
+
+def test_a_generic_hub_with_the_most_mentions_and_links_does_not_lead_the_title():
+    hub = entity("observability", "CONCEPT", 40, "", ("doc-shop",))
+    community, entities, relationships = shop_with(hub)
+
+    assert title_of(community, entities, relationships, {"CONCEPT"}) == "Services: checkout, cart and payment"
+    # The same community without the type preference: the hub's weight makes its type the strongest.
+    assert title_of(community, entities, relationships).startswith("Concepts: observability")
+
+
+def test_a_typed_hub_that_mostly_belongs_elsewhere_does_not_lead_the_title():
+    hub = entity("kubernetes", "TECHNOLOGY", 40, "", ("doc-shop", "doc-ops"))
+    community, entities, relationships = shop_with(hub)
+    elsewhere = [relationship("kubernetes", f"node-{i}", "RELATED_TO", 5.0, "") for i in range(6)]
+
+    assert title_of(community, entities, relationships + elsewhere) == "Services: checkout, cart and payment"
+    # Kept inside the community the hub is its centre, and its type leads, with the services close enough to follow.
+    assert title_of(community, entities, relationships) == "Technologies: kubernetes; Services: checkout and cart"
+
+
+def test_a_second_type_with_half_the_strength_of_the_first_joins_the_title():
+    community, entities = community_of(
+        entity("cart", "Service", 2, "", ("doc-1",)),
+        entity("checkout", "Service", 2, "", ("doc-1",)),
+        entity("CartDown", "Alert", 3, "", ("doc-1",)),
+        entity("runbooks", "Doc", 1, "", ("doc-1",)),
+    )
+    relationships = [
+        relationship("checkout", "cart", "DEPENDS_ON", 1.0, ""),
+        relationship("CartDown", "cart", "RELATED_TO", 1.0, ""),
+        relationship("CartDown", "runbooks", "DOCUMENTED_IN", 0.1, ""),
+    ]
+    # Ranked cart, CartDown, checkout: each leading type's best member is named, then the next by rank.
+    assert title_of(community, entities, relationships) == "Services: cart and checkout; Alerts: CartDown"
+
+    rarely_mentioned = entities | {"ent-CartDown": replace(entities["ent-CartDown"], mention_count=1)}
+    assert title_of(community, rarely_mentioned, relationships) == "Services: cart and checkout"
+
+
+def test_a_generic_type_leads_only_a_community_without_specific_types():
+    people = [entity(name, "PERSON", 2, "", ("doc-1",)) for name in ("ada", "grace")]
+    community, entities = community_of(*people, entity("compilers", "CONCEPT", 1, "", ("doc-1",)))
+    relationships = [relationship("ada", other, "RELATED_TO", 1.0, "") for other in ("grace", "compilers")]
+    assert title_of(community, entities, relationships, {"CONCEPT", "PERSON"}) == "Persons: ada and grace"
+
+    retyped = dict(entities) | {"ent-compilers": replace(entities["ent-compilers"], type="TECHNOLOGY")}
+    assert title_of(community, retyped, relationships, {"CONCEPT", "PERSON"}) == "Technologies: compilers"
+
+
+def test_relationship_kinds_between_specific_types_come_first():
+    hub = entity("observability", "CONCEPT", 40, "", ("doc-shop",))
+    community, entities, relationships = shop_with(hub)
+    summary = summarize_community_extractively(
+        community, entities, relationships, top_entities=5, max_sentences=3, generic_types={"CONCEPT"}
+    )
+    assert summary.summary.splitlines()[1] == (
+        "Relationships: Service depends on Service (2), Service related to CONCEPT (3)."
+    )
+
+
+def test_chunks_where_members_meet_are_cited_first():
+    hub = entity("kubernetes", "TECHNOLOGY", 40, "", ("doc-shop",))
+    community, entities, relationships = shop_with(hub)
+    for member in ("ent-cart", "ent-payment"):
+        entities[member] = replace(entities[member], chunk_ids=(*entities[member].chunk_ids, "shared"))
+    summary = summarize_community_extractively(community, entities, relationships, top_entities=4, max_sentences=3)
+    assert summary.chunk_ids[0] == "shared"
+    assert summary.chunk_ids[1:3] == ("chunk-kubernetes-0", "chunk-kubernetes-1")  # then by rank
+
+
+def test_content_hash_follows_membership_and_what_the_summary_reads():
+    baseline = community_content_hash(COMMUNITY, ENTITIES)
 
     assert summarize().content_hash == baseline
-    assert community_content_hash(COMMUNITY, descriptions | {"ent-frontend": "unrelated"}) == baseline
-    assert community_content_hash(COMMUNITY, descriptions | {"ent-postgres": "Postgres 16."}) != baseline
+    outsider_edited = ENTITIES | {"ent-frontend": replace(ENTITIES["ent-frontend"], description="unrelated")}
+    assert community_content_hash(COMMUNITY, outsider_edited) == baseline
     smaller = replace(COMMUNITY, entity_ids=COMMUNITY.entity_ids[:-1])
     smaller = replace(smaller, community_id=community_id(1, smaller.entity_ids))
-    assert community_content_hash(smaller, descriptions) != baseline
+    assert community_content_hash(smaller, ENTITIES) != baseline
 
-    edited = dict(ENTITIES)
-    edited["ent-postgres"] = replace(ENTITIES["ent-postgres"], description="Postgres 16 primary.")
-    changed = summarize_community_extractively(COMMUNITY, edited, RELATIONSHIPS, top_entities=3, max_sentences=10)
-    assert changed.content_hash != baseline
+    for change in ({"description": "Postgres 16 primary."}, {"type": "Service"}):
+        edited = ENTITIES | {"ent-postgres": replace(ENTITIES["ent-postgres"], **change)}
+        changed = summarize_community_extractively(COMMUNITY, edited, RELATIONSHIPS, top_entities=3, max_sentences=10)
+        assert changed.content_hash != baseline
 
 
 def test_missing_members_raise():
-    with pytest.raises(ValueError, match="ent-postgres"):
-        community_content_hash(COMMUNITY, {"ent-payments-api": ""})
     partial = {k: v for k, v in ENTITIES.items() if k != "ent-postgres"}
+    with pytest.raises(ValueError, match="ent-postgres"):
+        community_content_hash(COMMUNITY, partial)
     with pytest.raises(ValueError, match="ent-postgres"):
         summarize_community_extractively(COMMUNITY, partial, RELATIONSHIPS, top_entities=3, max_sentences=3)
 

@@ -14,13 +14,18 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from graphrag_pipeline.lib.ids import content_hash, short_id
 from graphrag_pipeline.lib.models import Community, CommunitySummary, Entity, Relationship
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _WHITESPACE = re.compile(r"\s+")
+TITLE_NAMES = 3  # member names in a community title: enough to recognise the subsystem, few enough to read
+SECOND_TYPE_SHARE = 0.5  # a second type leads the title when it has at least this share of the first's strength
+RELATIONSHIP_KINDS = 3  # (source type, relationship, target type) kinds named at the top of a summary
+# Part of every community's content hash: bump it when the summary rule changes, so stored summaries are redone.
+SUMMARY_RULE_VERSION = 2
 
 
 def detect_communities(
@@ -87,14 +92,15 @@ def community_id(level: int, entity_ids: Sequence[str]) -> str:
     return short_id("comm", str(level), *sorted(entity_ids))
 
 
-def community_content_hash(community: Community, entity_descriptions: Mapping[str, str]) -> str:
-    """Hash of a community's membership and its members' descriptions: unchanged hash, reusable summary."""
-    missing = [entity for entity in community.entity_ids if entity not in entity_descriptions]
+def community_content_hash(community: Community, entities: Mapping[str, Entity]) -> str:
+    """Hash of a community's membership and what its summary reads of each member (type and description): an
+    unchanged hash means a reusable summary, and a retyped member retitles its communities."""
+    missing = [entity for entity in community.entity_ids if entity not in entities]
     if missing:
-        raise ValueError(f"community {community.community_id} members have no description entry: {missing[:10]}")
-    parts: list[str] = [community.community_id]
-    for entity in sorted(community.entity_ids):
-        parts += (entity, entity_descriptions[entity])
+        raise ValueError(f"community {community.community_id} members are not in the entity map: {missing[:10]}")
+    parts: list[str] = [str(SUMMARY_RULE_VERSION), community.community_id]
+    for entity_id in sorted(community.entity_ids):
+        parts += (entity_id, entities[entity_id].type, entities[entity_id].description)
     return content_hash(*parts)
 
 
@@ -106,14 +112,27 @@ def summarize_community_extractively(
     top_entities: int,
     max_sentences: int,
     max_chunk_ids: int = 50,
+    generic_types: Collection[str] = (),
 ) -> CommunitySummary:
-    """A model-free community report built from the members' own words.
+    """A model-free community report built from the members' own words, titled by its dominant typed entities.
 
-    Members are ranked by mention count and by weighted degree inside the community (each scaled to [0, 1] and
-    added, so both a much-mentioned and a well-connected entity rise). The summary lists the top entities with
-    their types, then the distinct sentences of the strongest relationships inside the community, topped up with
-    the top entities' descriptions when relationships say too little, then how many documents back it.
-    ``relationships`` may hold the whole graph: only those with both ends in the community are used.
+    ``relationships`` should hold at least every relationship touching a member (the whole graph is fine): those
+    with both ends inside make the community's structure, those leaving it tell how much a member belongs elsewhere.
+
+    Each member's *belonging* is the share of its weighted degree that stays inside the community (1 when it has no
+    relationships). Its *standing* is its centrality (mention count and weighted degree inside the community, each
+    scaled to [0, 1] by the community's largest and added) times its belonging, so a hub that most communities
+    touch ranks below the members that are this community's own. A type's strength is its members' summed standing.
+
+    Title rule: the leading types are the strongest type outside ``generic_types`` (the default type and types
+    guessed by a statistical model) plus the second strongest when it has at least half that strength; a generic
+    type leads only in a community with no other type. The title names the leading types, then up to
+    ``TITLE_NAMES`` of their members by standing (each leading type's best member first), grouped by type:
+    "Services: cart and checkout; Alerts: KubeletDown". Ties break by name, so the title is deterministic.
+
+    The summary opens with what the community is: the top members grouped by type (leading types first), then the
+    kinds of typed relationships inside it; then the distinct sentences of the strongest relationships inside,
+    topped up with the top members' descriptions when relationships say too little, then how many documents back it.
     """
     if top_entities < 1 or max_sentences < 1 or max_chunk_ids < 0:
         raise ValueError(
@@ -125,23 +144,25 @@ def summarize_community_extractively(
         raise ValueError(f"community {community.community_id} members are not in the entity map: {missing[:10]}")
 
     members = {entity_id: entities[entity_id] for entity_id in community.entity_ids}
-    internal = [
-        relationship
-        for relationship in relationships
-        if relationship.source_id in members and relationship.target_id in members
-    ]
-    ranked = _rank_members(members, internal)
+    # Sorted so that degree sums, and so near-ties, do not depend on the caller's relationship order.
+    touching = sorted(
+        (r for r in relationships if r.source_id in members or r.target_id in members),
+        key=lambda relationship: relationship.relationship_id,
+    )
+    internal = [r for r in touching if r.source_id in members and r.target_id in members]
+    standing = _standing(members, internal, touching)
+    ranked = sorted(members.values(), key=lambda entity: (-standing[entity.entity_id], entity.name, entity.entity_id))
+    strengths = _type_strengths(ranked, standing)
+    leading = _leading_types(strengths, generic_types)
     top = ranked[:top_entities]
-
-    names = [entity.name for entity in ranked[:3]]
-    title = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
     sentences = _relationship_sentences(internal, members)
     for entity in top:
         sentences += _sentences(entity.description)
     doc_ids = {doc for entity in members.values() for doc in entity.doc_ids}
     lines = [
-        "Entities: " + ", ".join(f"{entity.name} ({entity.type})" for entity in top) + ".",
+        _members_by_type(top, [*leading, *(t for t in strengths if t not in leading)]),
+        *_relationship_kinds(internal, members, generic_types),
         *_distinct(sentences)[:max_sentences],
         f"Sources: {len(doc_ids)} document{'s' if len(doc_ids) != 1 else ''}.",
     ]
@@ -149,12 +170,10 @@ def summarize_community_extractively(
     return CommunitySummary(
         community_id=community.community_id,
         level=community.level,
-        title=title,
+        title=_title(ranked, leading),
         summary="\n".join(lines),
         top_entities=tuple(entity.name for entity in top),
-        content_hash=community_content_hash(
-            community, {entity_id: entity.description for entity_id, entity in members.items()}
-        ),
+        content_hash=community_content_hash(community, members),
         chunk_ids=_representative_chunks(ranked, max_chunk_ids),
     )
 
@@ -176,19 +195,110 @@ def _undirected_edge_list(edges: Sequence[tuple[str, str, float]]) -> list[tuple
     return [(source, target, weight) for (source, target), weight in sorted(weights.items())]
 
 
-def _rank_members(members: Mapping[str, Entity], internal: Sequence[Relationship]) -> list[Entity]:
+def _standing(
+    members: Mapping[str, Entity], internal: Sequence[Relationship], touching: Sequence[Relationship]
+) -> dict[str, float]:
+    inside = _weighted_degrees(internal)
+    overall = _weighted_degrees(touching)
+    top_mentions = max(entity.mention_count for entity in members.values()) or 1
+    top_degree = max(inside.values(), default=0.0) or 1.0
+
+    def standing(entity_id: str) -> float:
+        centrality = members[entity_id].mention_count / top_mentions + inside[entity_id] / top_degree
+        belonging = inside[entity_id] / overall[entity_id] if overall[entity_id] else 1.0
+        return centrality * belonging
+
+    return {entity_id: standing(entity_id) for entity_id in members}
+
+
+def _weighted_degrees(relationships: Sequence[Relationship]) -> dict[str, float]:
     degree: dict[str, float] = defaultdict(float)
-    for relationship in internal:
-        if relationship.source_id != relationship.target_id:
+    for relationship in relationships:
+        if relationship.source_id != relationship.target_id:  # a self-loop connects a member to nothing
             degree[relationship.source_id] += relationship.weight
             degree[relationship.target_id] += relationship.weight
-    top_mentions = max(entity.mention_count for entity in members.values()) or 1
-    top_degree = max(degree.values(), default=0.0) or 1.0
+    return degree
 
-    def score(entity: Entity) -> float:
-        return entity.mention_count / top_mentions + degree[entity.entity_id] / top_degree
 
-    return sorted(members.values(), key=lambda entity: (-score(entity), entity.name, entity.entity_id))
+def _type_strengths(ranked: Sequence[Entity], standing: Mapping[str, float]) -> dict[str, float]:
+    """Each member type's summed standing, strongest first (ties by type name)."""
+    strength: dict[str, float] = defaultdict(float)
+    for entity in ranked:
+        strength[entity.type] += standing[entity.entity_id]
+    return dict(sorted(strength.items(), key=lambda item: (-item[1], item[0])))
+
+
+def _leading_types(strengths: Mapping[str, float], generic_types: Collection[str]) -> list[str]:
+    specific = [entity_type for entity_type in strengths if entity_type not in generic_types]
+    if not specific:
+        return list(strengths)[:1]
+    first, *others = specific
+    # A second type leads too when it is a real part of the subsystem (alerts beside the services they watch).
+    if others and strengths[others[0]] >= SECOND_TYPE_SHARE * strengths[first]:
+        return [first, others[0]]
+    return [first]
+
+
+def _title(ranked: Sequence[Entity], leading: Sequence[str]) -> str:
+    candidates = [entity for entity in ranked if entity.type in leading]
+    # Each leading type's best member first, so every type the title names has a name after it.
+    best_of_each = [next(entity for entity in candidates if entity.type == entity_type) for entity_type in leading]
+    others = [entity for entity in candidates if entity not in best_of_each]
+    named = {entity.entity_id for entity in best_of_each + others[: TITLE_NAMES - len(best_of_each)]}
+    return "; ".join(
+        f"{_type_label(entity_type)}: "
+        + _joined([e.name for e in candidates if e.entity_id in named and e.type == entity_type])
+        for entity_type in leading
+    )
+
+
+def _members_by_type(top: Sequence[Entity], type_order: Sequence[str]) -> str:
+    groups = [[entity.name for entity in top if entity.type == entity_type] for entity_type in type_order]
+    return "; ".join(
+        f"{_type_label(entity_type)}: {', '.join(names)}" for entity_type, names in zip(type_order, groups) if names
+    ) + "."
+
+
+def _relationship_kinds(
+    internal: Sequence[Relationship], members: Mapping[str, Entity], generic_types: Collection[str]
+) -> list[str]:
+    """One line naming the (source type, relationship, target type) kinds inside, or none: those between specific
+    types first, since they say what the subsystem is, then the most frequent."""
+    counts: dict[tuple[str, str, str], int] = defaultdict(int)
+    for relationship in internal:
+        if relationship.source_id != relationship.target_id:
+            source, target = members[relationship.source_id], members[relationship.target_id]
+            counts[source.type, _verb(relationship.type), target.type] += 1
+
+    def order(item: tuple[tuple[str, str, str], int]) -> tuple[int, int, tuple[str, str, str]]:
+        (source, _, target), count = item
+        return -((source not in generic_types) + (target not in generic_types)), -count, item[0]
+
+    kinds = sorted(counts.items(), key=order)[:RELATIONSHIP_KINDS]
+    if not kinds:
+        return []
+    return ["Relationships: " + ", ".join(f"{source} {verb} {target} ({n})" for (source, verb, target), n in kinds)
+            + "."]
+
+
+def _type_label(entity_type: str) -> str:
+    """An ontology type as a plural heading: Service -> Services, TECHNOLOGY -> Technologies."""
+    words = entity_type.replace("_", " ").lower()
+    if words.endswith("y") and words[-2:-1] not in ("a", "e", "i", "o", "u"):
+        plural = words[:-1] + "ies"
+    elif words.endswith(("s", "x", "z", "ch", "sh")):
+        plural = words + "es"
+    else:
+        plural = words + "s"
+    return plural[:1].upper() + plural[1:]
+
+
+def _joined(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _verb(relationship_type: str) -> str:
+    return relationship_type.lower().replace("_", " ")
 
 
 def _relationship_sentences(internal: Sequence[Relationship], members: Mapping[str, Entity]) -> list[str]:
@@ -196,9 +306,8 @@ def _relationship_sentences(internal: Sequence[Relationship], members: Mapping[s
     for relationship in sorted(internal, key=lambda relationship: (-relationship.weight, relationship.relationship_id)):
         described = _sentences(relationship.description)
         if not described:
-            verb = relationship.type.lower().replace("_", " ")
             source, target = members[relationship.source_id].name, members[relationship.target_id].name
-            described = [f"{source} {verb} {target}."]
+            described = [f"{source} {_verb(relationship.type)} {target}."]
         sentences += described
     return sentences
 
@@ -219,11 +328,13 @@ def _distinct(sentences: Sequence[str]) -> list[str]:
 
 
 def _representative_chunks(ranked: Sequence[Entity], limit: int) -> tuple[str, ...]:
-    # Filled in rank order so that a capped list still cites the chunks behind the most central entities.
-    chosen: dict[str, None] = {}
-    for entity in ranked:
-        for chunk in entity.chunk_ids:
-            if len(chosen) == limit:
-                return tuple(sorted(chosen))
-            chosen.setdefault(chunk)
-    return tuple(sorted(chosen))
+    """The members' chunks, those mentioning the most members first (there the community's members meet), then by
+    the rank of their best member: whoever cites only the first few (global mode does) cites the community itself
+    rather than the other documents of a hub it shares with many communities."""
+    members_in: dict[str, int] = defaultdict(int)
+    best_rank: dict[str, int] = {}
+    for rank, entity in enumerate(ranked):
+        for chunk in set(entity.chunk_ids):
+            members_in[chunk] += 1
+            best_rank.setdefault(chunk, rank)
+    return tuple(sorted(members_in, key=lambda chunk: (-members_in[chunk], best_rank[chunk], chunk))[:limit])

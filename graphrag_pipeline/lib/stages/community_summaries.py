@@ -8,6 +8,7 @@ from collections import defaultdict
 from typing import Sequence
 
 from graphrag_pipeline.lib.communities import community_content_hash, summarize_community_extractively
+from graphrag_pipeline.lib.config import PipelineSettings
 from graphrag_pipeline.lib.ids import content_hash
 from graphrag_pipeline.lib.merge import entity_from_payload, relationship_from_payload
 from graphrag_pipeline.lib.models import Community, CommunitySummary, Entity, Relationship
@@ -32,7 +33,6 @@ def summarize_communities(ws: Workspace) -> StageReport:
         if len(c.entity_ids) >= config.min_size
     ]
     entities = {eid: entity_from_payload(p) for eid, p in ws.state.element_payloads("entity").items()}
-    descriptions = {eid: e.description for eid, e in entities.items()}
     previous = ws.state.community_summary_hashes()
     reported_by_llm = {
         c.community_id for c in communities
@@ -42,14 +42,15 @@ def summarize_communities(ws: Workspace) -> StageReport:
     # exactly the summaries it writes.
     summarizer_key = f"llm:{ws.settings.llm.provider}:{ws.settings.llm.model}:{report_version(ws.settings.summaries)}"
     hashes = {
-        c.community_id: content_hash(community_content_hash(c, descriptions), summarizer_key)
-        if c.community_id in reported_by_llm else community_content_hash(c, descriptions)
+        c.community_id: content_hash(community_content_hash(c, entities), summarizer_key)
+        if c.community_id in reported_by_llm else community_content_hash(c, entities)
         for c in communities
     }
     todo = [c for c in communities if previous.get(c.community_id) != hashes[c.community_id]]
     removed = sorted(set(previous) - set(hashes))
     with report.timed("relationships"):
         relationships_of = _relationships_by_community(ws, todo)
+    generic_types = generic_entity_types(ws.settings)
     progress = ws.progress(report.stage, "summarize communities", len(todo))
     new_summaries = {}
     with report.timed("summarize"):
@@ -60,6 +61,7 @@ def summarize_communities(ws: Workspace) -> StageReport:
                 relationships_of[community.community_id],
                 top_entities=config.top_entities,
                 max_sentences=config.summary_sentences,
+                generic_types=generic_types,
             )
             progress.advance()
     by_llm = [c for c in todo if c.community_id in reported_by_llm]
@@ -72,7 +74,7 @@ def summarize_communities(ws: Workspace) -> StageReport:
             if written is not None:
                 new_summaries[community.community_id] = written
             else:  # stored under its extractive hash, so the next run asks the model again
-                hashes[community.community_id] = community_content_hash(community, descriptions)
+                hashes[community.community_id] = community_content_hash(community, entities)
         report.counts["llm_reports"] = sum(r is not None for r in reports)
         report.counts["llm_report_failures"] = sum(r is None for r in reports)
     upserts = {cid: (hashes[cid], json.dumps(summary.to_dict())) for cid, summary in new_summaries.items()}
@@ -107,7 +109,11 @@ def _community_report(
     from graphrag_pipeline.lib.llm.summaries import community_report
 
     members = sorted((entities[e] for e in community.entity_ids), key=lambda e: (-e.mention_count, e.name))
-    internal = sorted(relationships_of[community.community_id], key=lambda r: (-r.weight, r.relationship_id))
+    inside = set(community.entity_ids)
+    internal = sorted(
+        (r for r in relationships_of[community.community_id] if r.source_id in inside and r.target_id in inside),
+        key=lambda r: (-r.weight, r.relationship_id),
+    )
     entities_text = "\n".join(f"{e.name} ({e.type}): {e.description}".replace("\n", " ") for e in members)
     relationships_text = "\n".join(
         f"{entities[r.source_id].name} -[{r.type}]-> {entities[r.target_id].name}: {r.description}".replace("\n", " ")
@@ -126,8 +132,21 @@ def _community_report(
     )
 
 
+def generic_entity_types(settings: PipelineSettings) -> frozenset[str]:
+    """Types that lead a community's title only when it has no other: the default type (nothing more was known)
+    and, when the offline spotters run, the types that only the statistical NER model assigns, which on technical
+    text mistakes commands, variables and products for people, places and companies."""
+    extraction, ontology = settings.extraction, settings.ontology
+    generic = {ontology.default_entity_type}
+    if extraction.extractor in ("offline", "hybrid"):
+        deliberate = {ontology.entity_type(t) for t in (*extraction.dictionary, *(p.type for p in extraction.patterns))}
+        generic |= {ontology.entity_type(t) for t in extraction.ner_labels.values() if t is not None} - deliberate
+    return frozenset(generic)
+
+
 def _relationships_by_community(ws: Workspace, communities: Sequence[Community]) -> dict[str, list[Relationship]]:
-    """Group relationships under each community containing both ends, reading each relationship once."""
+    """Group relationships under each community they touch, reading each relationship once: those leaving a
+    community tell its summary how much a member belongs elsewhere."""
     owner: dict[str, list[str]] = defaultdict(list)
     for community in communities:
         for eid in community.entity_ids:
@@ -136,9 +155,9 @@ def _relationships_by_community(ws: Workspace, communities: Sequence[Community])
     if not communities:
         return grouped
     for payload in ws.state.element_payloads("relationship").values():
-        shared = set(owner.get(payload["source_id"], ())) & set(owner.get(payload["target_id"], ()))
-        if shared:
+        touched = set(owner.get(payload["source_id"], ())) | set(owner.get(payload["target_id"], ()))
+        if touched:
             relationship = relationship_from_payload(payload)
-            for cid in shared:
+            for cid in touched:
                 grouped[cid].append(relationship)
     return grouped
