@@ -9,7 +9,7 @@ import sys
 from typing import Any, Sequence
 
 from graphrag_pipeline.lib.progress import TerminalProgressBar
-from graphrag_pipeline.query.models import MODES
+from graphrag_pipeline.query.models import FUSIONS, GRANULARITIES, MODES
 
 
 def _print(payload: Any, as_json: bool, text: str) -> None:
@@ -38,7 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     query.add_argument("--mode", choices=MODES, default="hybrid")
     query.add_argument("--top-k", type=int, default=None)
     query.add_argument("--max-hops", type=int, default=None)
-    query.add_argument("--fusion", choices=("weighted", "rrf"), default=None)
+    query.add_argument("--fusion", choices=FUSIONS, default=None)
+    query.add_argument("--results", choices=GRANULARITIES, default=None,
+                       help="documents (default: distinct documents with their best passages) or chunks")
     query.add_argument("--group", action="append", default=[], dest="groups",
                        help="an access group of the caller (repeatable); without any, only unrestricted documents")
     query.add_argument("--json", action="store_true")
@@ -118,7 +120,7 @@ def _run(args: argparse.Namespace) -> int:
     with open_index(args.config, index_dir=args.index_dir) as index:
         if args.command == "query":
             response = index.query(args.question, mode=args.mode, top_k=args.top_k, max_hops=args.max_hops,
-                                   fusion=args.fusion, groups=args.groups)
+                                   fusion=args.fusion, groups=args.groups, results=args.results)
             _print(response.to_dict(), args.json, _format_response(response))
         else:
             from graphrag_pipeline.query import explore
@@ -204,14 +206,18 @@ def _format_response(response) -> str:
     for position, result in enumerate(response.results, start=1):
         title = result.source.get("title", "")
         path = " → ".join(result.entity_path)
-        lines.append(f"{position:>2}. {result.combined_score:.3f} (vector {result.vector_score:.3f}, graph "
-                     f"{result.graph_score:.3f}, hops {result.hops_from_query}) {title} [{result.doc_id}]")
+        signals = {"vector": result.vector_score, "graph": result.graph_score, "keyword": result.keyword_score,
+                   "identifier": result.identifier_score, "relation": result.relation_score}
+        shown = ", ".join(f"{name} {value:.3f}" for name, value in signals.items() if value or name == "vector")
+        lines.append(f"{position:>2}. {result.combined_score:.3f} ({shown}, hops {result.hops_from_query}) "
+                     f"{title} [{result.doc_id}]")
         if path:
             lines.append(f"    via {path}")
         lines.append("    " + " ".join(result.text.split())[:200])
     if response.relationships:
         lines.append("relationships:")
-        lines += [f"  {r.source} -[{r.type}]-> {r.target}" for r in response.relationships[:10]]
+        lines += [f"  {r.source} -[{r.type}]-> {r.target}" + ("  (asked for)" if r.followed else "")
+                  for r in response.relationships[:10]]
     return "\n".join(lines)
 
 

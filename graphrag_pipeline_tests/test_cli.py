@@ -23,7 +23,7 @@ QUESTION = "Where was the founder of Acme Robotics born?"
 SCRIPT = Path(sys.executable).with_name("graphrag-pipeline")
 CHECKOUT = Path(__file__).resolve().parents[1]
 RESULT_KEYS = {"chunk_id", "text", "doc_id", "source", "entity_path", "vector_score", "graph_score", "combined_score",
-               "hops_from_query", "citations"}
+               "hops_from_query", "citations", "keyword_score", "identifier_score", "relation_score"}
 
 
 def cli_env(config: Path | None = None) -> dict[str, str]:
@@ -134,7 +134,7 @@ def test_query_without_json_prints_a_readable_answer_with_titles(config, tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["vector", "graph", "hybrid", "global"])
+@pytest.mark.parametrize("mode", ["vector", "keyword", "graph", "hybrid", "global"])
 def test_every_mode_answers_and_top_k_limits_the_results(config, capsys, mode):
     response = run_main(capsys, "--config", str(config), "query", QUESTION, "--mode", mode, "--top-k", "2", "--json")
     assert response["mode"] == mode

@@ -125,7 +125,7 @@ def check_report(report: dict) -> None:
     assert report["set"] == "tiny-set" and report["questions"] == len(QUESTIONS)
     # Three good passages; the deliberately broken corpus line is quarantined, not dropped silently.
     assert report["index"]["documents"] == 3 and report["index"]["quarantined"] >= 1
-    assert set(report["modes"]) == {"vector", "graph", "hybrid"}
+    assert set(report["modes"]) == {"vector", "keyword", "graph", "hybrid"}
     for mode, metrics in report["modes"].items():
         assert MODE_METRICS <= set(metrics), mode
         assert all(0.0 <= metrics[name] <= 1.0 for name in MODE_METRICS if "latency" not in name)

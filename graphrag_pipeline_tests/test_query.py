@@ -107,7 +107,7 @@ def test_the_response_json_keeps_the_shape_agents_and_the_cli_read(engine):
                  "followed": bool}
     result_keys = {"chunk_id": str, "text": str, "doc_id": str, "source": dict, "entity_path": list,
                    "vector_score": float, "graph_score": float, "combined_score": float, "hops_from_query": int,
-                   "citations": list, "keyword_score": float, "relation_score": float}
+                   "citations": list, "keyword_score": float, "identifier_score": float, "relation_score": float}
     for mode in MODES:
         payload = json.loads(json.dumps(engine.query(QUESTION, mode=mode, top_k=5).to_dict()))
         assert set(payload) == {"question", "mode", "results", "entities_mentioned", "relationships",

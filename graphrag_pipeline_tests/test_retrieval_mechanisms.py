@@ -228,7 +228,9 @@ def build_and_open(root: Path, files: dict[str, str], **settings_overrides) -> Q
 def engine(tmp_path_factory):
     files = {name: f"# {title}\n\n{body}\n" for name, (title, body) in DOCS.items()}
     extraction = {"dictionary": DICTIONARY, "ner_labels": NO_NER, "title_entity_type": None}
-    with build_and_open(tmp_path_factory.mktemp("mechanisms"), files, extraction=extraction) as index:
+    # BM25 is off by default; on here, so its place in the fusion is pinned too.
+    with build_and_open(tmp_path_factory.mktemp("mechanisms"), files, extraction=extraction,
+                        retrieval={"keyword_weight": 0.3}) as index:
         yield index
 
 
@@ -468,8 +470,9 @@ def test_rrf_fusion_is_reciprocal_rank_fusion_of_the_vector_graph_and_keyword_ra
     keyword_ranking = rank(retrieval.keyword_scores)
     assert graph_ranking and keyword_ranking
     expected = reciprocal_rank_fusion(
-        {"vector": vector_ranking, "graph": graph_ranking, "keyword": keyword_ranking, "relation": []}, k=60,
-        weights={"vector": 0.7, "graph": 0.3, "keyword": 0.3, "relation": 1.5},
+        {"vector": vector_ranking, "graph": graph_ranking, "keyword": keyword_ranking, "relation": [], "identifier": []},
+        k=60,
+        weights={"vector": 0.7, "graph": 0.3, "keyword": 0.3, "relation": 1.5, "identifier": 0.7},
     )
     assert retrieval.combined == pytest.approx(expected, abs=1e-12)
     assert engine.settings.retrieval.rrf_k == 60
@@ -488,9 +491,10 @@ def test_no_linked_entity_and_no_entity_in_entry_chunks_falls_back_to_vector_sea
     assert retrieval.fell_back_to_vector and not vector.fell_back_to_vector
     assert retrieval.linked == {} and retrieval.reached == {} and retrieval.graph_scores == {}
     # Similarity and keywords alone, fused as always (nothing of the graph's, not even a zero).
+    weights = plain_engine.settings.retrieval
     assert retrieval.combined == pytest.approx(weighted_fusion(
         {"vector": vector.vector_scores, "keyword": retrieval.keyword_scores},
-        {"vector": 0.7, "keyword": 0.3},
+        {"vector": weights.vector_weight, "keyword": weights.keyword_weight},
     ))
     graph_mode = plain_engine.retrieve(PLAIN_QUESTION, mode="graph")
     assert graph_mode.fell_back_to_vector and graph_mode.combined == vector.combined  # nothing to walk: similarity
@@ -500,5 +504,6 @@ def test_no_linked_entity_and_no_entity_in_entry_chunks_falls_back_to_vector_sea
     assert response.doc_ids[0] == "t:fox.txt"
     assert response.doc_ids == plain_engine.query(PLAIN_QUESTION, mode="vector", top_k=4).doc_ids
     assert all(r.graph_score == 0 and r.entity_path == []
-               and r.combined_score == pytest.approx(0.7 * r.vector_score + 0.3 * r.keyword_score, abs=2e-6)
+               and r.combined_score == pytest.approx(
+                   weights.vector_weight * r.vector_score + weights.keyword_weight * r.keyword_score, abs=2e-6)
                for r in response.results)

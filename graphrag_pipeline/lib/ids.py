@@ -62,6 +62,16 @@ def name_variants(name: str) -> set[str]:
     return {key, " ".join(words), "-".join(words), "".join(words)}
 
 
+def is_plain_word(name: str) -> bool:
+    """One word of letters written like an ordinary word ("cart", "Checkout"), not like a name of its own kind: no
+    digit, joiner or space ("product-catalog", "Cart Service") and no inner capital ("LedgerService")."""
+    word = name.strip()
+    return bool(_LETTERS_ONLY.fullmatch(word)) and (word[1:].islower() or word.isupper() or len(word) == 1)
+
+
+_LETTERS_ONLY = re.compile(r"[^\W\d_]+", re.UNICODE)
+
+
 def entity_id(canonical_name: str) -> str:
     return short_id("ent", canonical_name)
 

@@ -417,23 +417,51 @@ class StateStore:
                 [(e.chunk_id, extractor_key, extraction_to_json(e)) for e in extractions],
             )
 
-    def live_extractions(self, extractor_key: str) -> Iterator[tuple[str, str, ChunkExtraction]]:
-        """(doc_id, chunk_id, extraction) for every current chunk, streamed: the merge stage reads all of them."""
+    def live_extractions(self, extractor_key: str, family: str | None = None) -> Iterator[tuple[str, str, ChunkExtraction]]:
+        """(doc_id, chunk_id, extraction) for every current chunk, streamed: the merge stage reads all of them. A chunk
+        without an extraction under ``extractor_key`` is read from another key of its ``family`` (``family`` and
+        ``family+…``: the same extractor with other known names), so no chunk drops out while it waits to be
+        extracted again."""
+        family = family or extractor_key
         conn = self._connection()
         cursor = conn.execute(
             """SELECT c.doc_id, c.chunk_id, e.payload FROM chunks c
-               JOIN extractions e ON e.chunk_id = c.chunk_id AND e.extractor_key = ?
-               ORDER BY c.doc_id, c.position""",
-            (extractor_key,),
+               JOIN extractions e ON e.chunk_id = c.chunk_id AND (e.extractor_key = ? OR e.extractor_key = ?
+                                                                  OR e.extractor_key LIKE ?)
+               ORDER BY c.doc_id, c.position, e.extractor_key = ? DESC, e.extractor_key""",
+            (extractor_key, family, f"{family}+%", extractor_key),
         )
+        previous = None
         for doc_id, chunk_id, payload in cursor:
-            yield doc_id, chunk_id, extraction_from_json(chunk_id, payload)
+            if chunk_id != previous:
+                yield doc_id, chunk_id, extraction_from_json(chunk_id, payload)
+            previous = chunk_id
 
-    def prune_extractions(self) -> int:
-        """Drop cached extractions of chunks that no longer exist (after edits and deletes)."""
+    def stale_extraction_chunks(self, extractor_key: str, family: str) -> list[str]:
+        """Chunks extracted under another key of ``family`` but not under ``extractor_key``."""
+        rows = self.query(
+            """SELECT DISTINCT e.chunk_id FROM extractions e JOIN chunks c ON c.chunk_id = e.chunk_id
+               WHERE (e.extractor_key = ? OR e.extractor_key LIKE ?) AND e.extractor_key != ?
+                 AND NOT EXISTS (SELECT 1 FROM extractions x WHERE x.chunk_id = e.chunk_id AND x.extractor_key = ?)
+               ORDER BY e.chunk_id""",
+            (family, f"{family}+%", extractor_key, extractor_key),
+        )
+        return [chunk_id for (chunk_id,) in rows]
+
+    def prune_extractions(self, extractor_key: str | None = None, family: str | None = None) -> int:
+        """Drop cached extractions of chunks that no longer exist (after edits and deletes), and those of a
+        ``family`` that an extraction under ``extractor_key`` has replaced."""
         with self.transaction() as conn:
             cursor = conn.execute("DELETE FROM extractions WHERE chunk_id NOT IN (SELECT chunk_id FROM chunks)")
-            return cursor.rowcount
+            removed = cursor.rowcount
+            if extractor_key and family:
+                cursor = conn.execute(
+                    """DELETE FROM extractions WHERE (extractor_key = ? OR extractor_key LIKE ?) AND extractor_key != ?
+                       AND chunk_id IN (SELECT chunk_id FROM extractions WHERE extractor_key = ?)""",
+                    (family, f"{family}+%", extractor_key, extractor_key),
+                )
+                removed += cursor.rowcount
+            return removed
 
     def store_source_extractions(self, records: dict[str, dict]) -> None:
         with self.transaction() as conn:

@@ -6,6 +6,7 @@ as the settings choose them; tests inject instances or factories instead.
 from __future__ import annotations
 
 import dataclasses
+import json
 import inspect
 from functools import cached_property
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Callable, Sequence, TypeVar
 
 from graphrag_pipeline.lib import backends
 from graphrag_pipeline.lib.config import PipelineSettings
-from graphrag_pipeline.lib.ids import content_hash
+from graphrag_pipeline.lib.ids import content_hash, is_plain_word
 from graphrag_pipeline.lib.llm.accounting import RunLedger, Usage
 from graphrag_pipeline.lib.models import Chunk, ChunkExtraction, EntityMention, Quarantined, RelationMention
 from graphrag_pipeline.lib.progress import ProgressListener, StepProgress
@@ -119,13 +120,36 @@ class Workspace:
         config = self.settings.extraction
         if config.extractor == "precomputed":
             return "precomputed"
-        fingerprint = config.model_dump_json() + self.settings.ontology.model_dump_json()
-        key = f"offline-v{EXTRACTOR_VERSION}-{content_hash(fingerprint)[:16]}"
         if config.extractor == "llm":
             return f"llm-{self._llm_extractor.version}"
-        if config.extractor == "hybrid":
-            return f"hybrid-{key}-{self._llm_extractor.version}"
-        return key
+        names = json.dumps(sorted(self.catalog_names.items()))
+        return f"{self.extractor_family}+catalog-{content_hash(names)[:12]}" if self.catalog_names else self.extractor_family
+
+    @cached_property
+    def extractor_family(self) -> str:
+        """The extractor key without the catalog's names: extractions of one family differ only in which catalog
+        names they spotted, so an older one still stands for its chunk until the chunk is extracted again."""
+        config = self.settings.extraction
+        if config.extractor in ("precomputed", "llm"):
+            return self.extractor_key
+        fingerprint = config.model_dump_json() + self.settings.ontology.model_dump_json()
+        key = f"offline-v{EXTRACTOR_VERSION}-{content_hash(fingerprint)[:16]}"
+        return f"hybrid-{key}-{self._llm_extractor.version}" if config.extractor == "hybrid" else key
+
+    def catalog_records(self) -> list[dict]:
+        """The extraction records of every catalog source's documents (their entities, names and facts)."""
+        doc_ids = [doc_id for source in self.settings.sources if source.kind == "catalog"
+                   for doc_id in self.state.document_hashes(source=source.name)]
+        return list(self.state.source_extractions(doc_ids).values()) if doc_ids else []
+
+    @cached_property
+    def catalog_names(self) -> dict[str, str]:
+        """Name → ontology type of the catalog entities, as the offline spotters look for them in text: every name
+        but the plain words ("cart" is mostly just a word; "Cart Service" and "product-catalog" are names)."""
+        from graphrag_pipeline.lib.sources.catalog import catalog_typed_names
+
+        return {name: entity_type for name, entity_type in catalog_typed_names(self.catalog_records()).items()
+                if not is_plain_word(name)}
 
     @cached_property
     def llm(self):
@@ -139,7 +163,7 @@ class Workspace:
     def _offline_extractor(self):
         from graphrag_pipeline.lib.extraction import OfflineExtractor
 
-        return OfflineExtractor(self.settings.extraction, self.settings.ontology)
+        return OfflineExtractor(self.settings.extraction, self.settings.ontology, known_names=self.catalog_names)
 
     @cached_property
     def _llm_extractor(self):

@@ -179,6 +179,7 @@ class QueryEngine:
                 graph_score=round(retrieval.graph_scores.get(candidate_id, 0.0), 6),
                 combined_score=round(retrieval.combined[candidate_id], 6),
                 keyword_score=round(retrieval.keyword_scores.get(candidate_id, 0.0), 6),
+                identifier_score=round(retrieval.identifier_scores.get(candidate_id, 0.0), 6),
                 relation_score=round(retrieval.relation_scores.get(candidate_id, 0.0), 6),
                 hops_from_query=max(0, len(paths[candidate_id]) - 1),
                 citations=passage.citations,

@@ -20,8 +20,8 @@ from scipy import sparse
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _IDENTIFIER = re.compile(r"[^\W_]+(?:[\-_.][^\W_]+)+", re.UNICODE)
 # Identifiers by their shape: joined by - _ . ("payments-api", "ERR_QUOTA_7"), CamelCase with two humps or more
-# ("KubePodCrashLooping"), or letters with digits ("http2", "s3").
-_IDENTIFIER_SHAPE = re.compile(r"[^\W_]+(?:[\-_.][^\W_]+)+|[A-Z]?[a-z0-9]+(?:[A-Z][a-z0-9]+){2,}|\w*[^\W\d_]\d\w*|\w*\d[^\W\d_]\w*")
+# ("KubePodCrashLooping"), or a word with digits after a letter ("http2", "s3"; not "1990s" or "3rd").
+_IDENTIFIER_SHAPE = re.compile(r"[^\W_]+(?:[_.][^\W_]+)+|[A-Z]?[a-z0-9]+(?:[A-Z][a-z0-9]+){2,}|[^\W\d_]+\d\w*")
 # A question's identifier counts this many times its idf: an exact identifier must not lose to a page that merely
 # shares more of the question's ordinary words.
 IDENTIFIER_BOOST = 3.0
@@ -85,17 +85,20 @@ class KeywordIndex:
         return math.log(1 + (size - 0.5) / 1.5) if size else 0.0
 
     def identifier_matches(self, query: str) -> dict[str, float]:
-        """Item → the share of the query's identifiers (those the texts hold at all) it contains: an exact
-        identifier is the strongest evidence a question can give, whatever else the item says."""
-        rows = [self._vocabulary[term] for term in identifiers(query) if term in self._vocabulary]
-        if not rows:
+        """Item → how much of the query's identifiers it contains, each weighted by its rarity (idf / the idf of a
+        term in one text): a rare exact identifier is the strongest evidence a question can give, whatever else
+        the item says; one that many texts hold ("well-known", "v1") tells little."""
+        found = [term for term in identifiers(query) if term in self._vocabulary]
+        if not found:
             return {}
-        contained = (self._weights[rows] > 0).astype(np.float64).sum(axis=0)
-        shares = np.asarray(contained).ravel() / len(rows)
+        rows = [self._vocabulary[term] for term in found]
+        rarity = np.asarray([self._idf[row] for row in rows]) / (self.max_idf() * len(rows))
+        held = (self._weights[rows] > 0).multiply(rarity[:, None]).sum(axis=0)
+        shares = np.asarray(held).ravel()
         return {self.item_ids[i]: float(shares[i]) for i in np.flatnonzero(shares)}
 
     def scores(self, query: str, limit: int) -> dict[str, float]:
-        """The ``limit`` best items for a query with their BM25 scores divided by the best one (so in (0, 1])."""
+        """The ``limit`` best items for a query with their BM25 scores as a share of a perfect match's (in (0, 1))."""
         query_terms = Counter(t for t in terms(query) if t in self._vocabulary)
         if not query_terms or not self.item_ids:
             return {}
@@ -106,8 +109,8 @@ class KeywordIndex:
             for term, row, count in zip(query_terms, rows, query_terms.values())
         ])
         totals = np.asarray(self._weights[rows].multiply(factors[:, None]).sum(axis=0)).ravel()
-        best = float(totals.max())
-        if best <= 0:
-            return {}
+        # Scaled by a perfect match's score (every query term, saturated), not by the best item's: a weak best match
+        # stays weak next to the other signals.
+        perfect = float(factors.sum() * (K1 + 1))
         top = np.argpartition(-totals, min(limit, len(totals)) - 1)[:limit]
-        return {self.item_ids[i]: float(totals[i] / best) for i in top if totals[i] > 0}
+        return {self.item_ids[i]: float(totals[i] / perfect) for i in top if totals[i] > 0}

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from wordfreq import zipf_frequency
 
-from graphrag_pipeline.lib.ids import name_variants, normalize_name
+from graphrag_pipeline.lib.ids import is_plain_word, name_variants, normalize_name
 from graphrag_pipeline.lib.models import Entity
 
 _TOKEN = re.compile(r"[\w][\w'’.\-/]*", re.UNICODE)
@@ -65,9 +65,7 @@ class CorpusCase:
 
 def is_generic_word(phrase: str, corpus: CorpusCase) -> bool:
     """A single ordinary English word that the corpus mostly writes in lower case (or never writes at all)."""
-    if not _LETTERS.fullmatch(phrase):  # digits, hyphens, several words: a name's shape, not a word's
-        return False
-    if len(phrase) > 1 and not phrase[1:].islower() and not phrase.isupper():  # CamelCase
+    if not is_plain_word(phrase):  # digits, hyphens, several words, CamelCase: a name's shape, not a word's
         return False
     if zipf_frequency(phrase.casefold(), "en") < ORDINARY_WORD_ZIPF:
         return False

@@ -59,8 +59,9 @@ class QueryResult:
     hops_from_query: int  # hop count of that entity from the seeds (0: a seed itself or a plain vector hit)
     # The passages behind the result: with document results, the document's best passages (the text is the first).
     citations: list[Citation] = field(default_factory=list)
-    keyword_score: float = 0.0
-    relation_score: float = 0.0
+    keyword_score: float = 0.0  # BM25, as a share of a perfect match
+    identifier_score: float = 0.0  # the rarity-weighted share of the question's identifiers the passage holds
+    relation_score: float = 0.0  # 1: about an entity an asked-for relationship reached (a catalog page 0.5)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -309,7 +309,11 @@ class GraphRetriever(VectorRetriever):
         timings["traverse"] = elapsed_ms(started)
 
         started = time.perf_counter()
-        graph_scores, best_entity = self.chunk_graph_scores(result.reached, origin, seeds)
+        # What only a question link seeded is worth no more than that link's confidence (an entry chunk's entities
+        # are vouched for by the chunk's similarity instead).
+        link_bounds = {eid: confidence for eid, (_, confidence) in linked.items()
+                       if seeds[eid] <= QUESTION_SEED_FACTOR * confidence}
+        graph_scores, best_entity = self.chunk_graph_scores(result.reached, origin, link_bounds)
         result.graph_scores = graph_scores
         result.best_entity = {**best_entity, **result.best_entity}
         timings["graph_scores"] = elapsed_ms(started)
@@ -412,12 +416,12 @@ class GraphRetriever(VectorRetriever):
         return via
 
     def chunk_graph_scores(
-        self, reached: dict[str, TraversalHit], origin: dict[str, tuple[str, float]], seeds: dict[str, float]
+        self, reached: dict[str, TraversalHit], origin: dict[str, tuple[str, float]], link_bounds: dict[str, float]
     ) -> tuple[dict[str, float], dict[str, str]]:
         """Chunk → best activation × specificity over the reached entities it mentions (× SUBJECT_BONUS when the
-        entity is what the chunk's document is about: its title is one of the entity's names), at most the weight
-        of the seed the walk started from (a passage reached from a weak link stays weak), clipped to 1, and the
-        entity that gave it that score. A seed taken from an entry chunk does not score that chunk with its own
+        entity is what the chunk's document is about: its title is one of the entity's names), at most the
+        confidence of the question link the walk started from when only that link seeded it (``link_bounds``: a
+        passage reached from a weak link stays weak), clipped to 1, and the entity that gave it that score. A seed taken from an entry chunk does not score that chunk with its own
         weight (the chunk already has its similarity), only with what another entry chunk gave the entity: entry
         chunks that share rare entities support each other. ``origin``: chunk-seeded entity → (its entry chunk, the
         weight another one gave it)."""
@@ -439,7 +443,7 @@ class GraphRetriever(VectorRetriever):
         for eid, chunk_ids in chunks_of.items():
             hit = reached[eid]
             about_it = directory.subject_chunks(about.get(eid, ()))
-            bound = seeds.get(hit.path[0], 1.0)
+            bound = link_bounds.get(hit.path[0], 1.0)
             came_from, other_weight = origin.get(eid, ("", 0.0)) if hit.hops == 0 else ("", 0.0)
             for chunk_id in chunk_ids:
                 activation = other_weight if chunk_id == came_from else hit.score

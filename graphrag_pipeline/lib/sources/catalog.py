@@ -851,6 +851,18 @@ def catalog_names(records: Iterable[Any]) -> dict[str, list[str]]:
     return names
 
 
+def catalog_typed_names(records: Iterable[Any]) -> dict[str, str]:
+    """Every name of every catalog entity (node name and other names) → the entity's ontology type."""
+    typed: dict[str, str] = {}
+    for record in records:
+        if is_catalog_record(record):
+            catalog = record[RECORD_KEY]
+            for subject, entity_type in catalog["types"].items():
+                for name in (subject, *(catalog.get("names") or {}).get(subject, ())):
+                    typed.setdefault(name, entity_type)
+    return typed
+
+
 def extract_with_catalogs(
     chunks: Sequence[Chunk],
     records: Mapping[str, Any],

@@ -15,6 +15,7 @@ from graphrag_pipeline.lib.merge import (
 )
 from graphrag_pipeline.lib.sources.catalog import catalog_names
 from graphrag_pipeline.lib.models import Entity, Relationship
+from graphrag_pipeline.lib.stages.extracted_elements import EXTRACTION_BATCH, extract_and_store
 from graphrag_pipeline.lib.stages.report import StageReport, accounted
 from graphrag_pipeline.lib.workspace import Workspace
 
@@ -24,14 +25,17 @@ def summarize_elements(ws: Workspace) -> StageReport:
     """Merge all current extractions into entities and relationships; store only what changed."""
     report = StageReport("element_summaries")
     by_llm = ws.settings.summaries.summarizer == "llm"
-    with report.timed("prune"):
-        report.counts["pruned_extractions"] = ws.state.prune_extractions()
     with report.timed("catalog_names"):
-        catalog = resolve_catalog_names(catalog_names(_catalog_records(ws)))
+        report.counts["re_extracted_chunks"] = _extract_again_with_catalog_names(ws, report)
+    with report.timed("prune"):
+        report.counts["pruned_extractions"] = ws.state.prune_extractions(ws.extractor_key, ws.extractor_family)
+    with report.timed("catalog_resolution"):
+        catalog = resolve_catalog_names(catalog_names(ws.catalog_records()))
         report.counts["catalog_names_resolved"] = len(catalog.keys)
     with report.timed("merge"):
         entities, relationships = merge_extractions(
-            ((doc_id, extraction) for doc_id, _, extraction in ws.state.live_extractions(ws.extractor_key)),
+            ((doc_id, extraction)
+             for doc_id, _, extraction in ws.state.live_extractions(ws.extractor_key, ws.extractor_family)),
             ws.settings.ontology,
             ws.settings.extraction.aliases,
             # The model reads every description it is to combine; elements it does not summarize are capped after.
@@ -58,11 +62,16 @@ def summarize_elements(ws: Workspace) -> StageReport:
     return report
 
 
-def _catalog_records(ws: Workspace) -> list[dict]:
-    """The extraction records of every catalog source's documents (their entities' names)."""
-    doc_ids = [doc_id for source in ws.settings.sources if source.kind == "catalog"
-               for doc_id in ws.state.document_hashes(source=source.name)]
-    return list(ws.state.source_extractions(doc_ids).values()) if doc_ids else []
+def _extract_again_with_catalog_names(ws: Workspace, report: StageReport) -> int:
+    """Extract again the chunks whose extraction predates the catalog's current names (the catalog changed, or was
+    read after their shard): the spotters find its names in them, and nothing waits for the shard's next run."""
+    stale = ws.state.stale_extraction_chunks(ws.extractor_key, ws.extractor_family)
+    progress = ws.progress(report.stage, "extract again with the catalog's names", len(stale))
+    for start in range(0, len(stale), EXTRACTION_BATCH):
+        chunks = ws.state.chunks(chunk_ids=stale[start : start + EXTRACTION_BATCH])
+        extract_and_store(ws, chunks, report)
+        progress.advance(len(chunks))
+    return len(stale)
 
 
 def summarize_descriptions_by_llm(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Sequence
+
+from graphrag_pipeline.lib.models import Chunk, ChunkExtraction
 
 from graphrag_pipeline.lib.stages.report import StageReport, accounted
 from graphrag_pipeline.lib.workspace import Workspace
@@ -26,13 +28,7 @@ def extract_elements(ws: Workspace, shards: Iterable[int]) -> StageReport:
     with report.timed("extract"):
         for start in range(0, len(todo), EXTRACTION_BATCH):
             batch = todo[start : start + EXTRACTION_BATCH]
-            results, quarantined = ws.extract(batch)
-            ws.state.store_extractions(key, results)
-            report.counts["extracted"] = report.counts.get("extracted", 0) + len(results)
-            ws.state.clear_quarantine("extraction", [e.chunk_id for e in results])  # an earlier failure now read
-            if quarantined:
-                ws.state.quarantine(quarantined)
-                report.counts["quarantined"] = report.counts.get("quarantined", 0) + len(quarantined)
+            results = extract_and_store(ws, batch, report)
             for extraction in results[: max(0, 5 - len(report.sample))]:
                 report.sample.append({
                     "chunk_id": extraction.chunk_id,
@@ -47,3 +43,15 @@ def extract_elements(ws: Workspace, shards: Iterable[int]) -> StageReport:
     report.counts.setdefault("extracted", 0)
     report.counts.update(chunks=len(chunks), cached=len(chunks) - len(todo))
     return report
+
+
+def extract_and_store(ws: Workspace, chunks: Sequence[Chunk], report: StageReport) -> list[ChunkExtraction]:
+    """Extract chunks under the current extractor key, clearing their earlier failures and quarantining new ones."""
+    results, quarantined = ws.extract(chunks)
+    ws.state.store_extractions(ws.extractor_key, results)
+    report.counts["extracted"] = report.counts.get("extracted", 0) + len(results)
+    ws.state.clear_quarantine("extraction", [e.chunk_id for e in results])  # an earlier failure now read
+    if quarantined:
+        ws.state.quarantine(quarantined)
+        report.counts["quarantined"] = report.counts.get("quarantined", 0) + len(quarantined)
+    return results

@@ -1,0 +1,129 @@
+"""The pure parts of domain retrieval: catalog name resolution, name variants, generic-word links, question intents
+and the keyword index, each on inputs the test writes."""
+
+from __future__ import annotations
+
+import pytest
+
+from graphrag_pipeline.lib.config import Ontology, load_settings
+from graphrag_pipeline.lib.ids import is_plain_word, name_variants
+from graphrag_pipeline.lib.merge import resolve_catalog_names
+from graphrag_pipeline.query.intent import IntentReader
+from graphrag_pipeline.query.keyword import KeywordIndex, identifiers
+from graphrag_pipeline.query.linking import GENERIC_NAME_CONFIDENCE, CorpusCase, NameLink, is_generic_word
+
+# --- catalog name resolution ----------------------------------------------------------------------------------------
+
+
+def test_a_declared_name_resolves_to_its_entity_and_a_variant_only_when_no_declared_name_claims_it():
+    resolution = resolve_catalog_names({
+        "ledger": ["Ledger Service", "ldgr"],
+        "shop/ledgerservice": ["ledgerservice", "Ledger Service"],
+        "vault-store": ["Vault Store"],
+    })
+    assert resolution.keys["ldgr"] == "ledger"
+    assert "ledger service" not in resolution.keys  # two entities declare that title: it names neither alone
+    assert resolution.keys["ledgerservice"] == "shop/ledgerservice"  # declared beats ledger's variant of its title
+    assert resolution.keys["vault store"] == "vault-store" and resolution.keys["vaultstore"] == "vault-store"
+    assert "ledger" not in resolution.keys  # an entity's own name is never remapped
+    assert resolution.names["ledger"] == ("Ledger Service", "ldgr")  # ambiguous or not, every name stays listed
+
+
+def test_name_variants_join_words_by_space_hyphen_or_nothing():
+    assert name_variants("Payments API") == {"payments api", "payments-api", "paymentsapi"}
+    assert name_variants("PaymentsApi") == {"payments api", "payments-api", "paymentsapi"}
+    assert name_variants("ledger") == {"ledger"}
+    assert name_variants("  ") == set()
+
+
+@pytest.mark.parametrize("name, plain", [("cart", True), ("Checkout", True), ("API", True), ("Cart Service", False),
+                                         ("product-catalog", False), ("LedgerService", False), ("s3", False)])
+def test_a_plain_word_is_one_word_of_letters_written_like_a_word(name, plain):
+    assert is_plain_word(name) is plain
+
+
+# --- link confidence ------------------------------------------------------------------------------------------------
+
+
+def test_an_ordinary_word_is_generic_unless_the_corpus_writes_it_as_a_name():
+    corpus = CorpusCase(["The job finished. A job failed. Paris is far. Paris again. Kafka queues.", "the job"])
+    assert is_generic_word("Job", corpus)  # common English, lower case in the corpus
+    assert not is_generic_word("Paris", corpus)  # common English, but the corpus capitalizes it: a name
+    assert not is_generic_word("Kafka", corpus)  # rare in English
+    assert not is_generic_word("KubeJobFailed", corpus) and not is_generic_word("job-runner", corpus)
+    assert is_generic_word("package", corpus)  # common English the corpus never writes: nothing says it is a name
+    assert 0 < GENERIC_NAME_CONFIDENCE < 0.5
+
+
+# --- intents --------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def intents() -> IntentReader:
+    return IntentReader(load_settings().ontology)
+
+
+def link(phrase: str, start: int, *ids: str, confidence: float = 1.0) -> NameLink:
+    return NameLink(phrase, frozenset(ids or (phrase.lower(),)), start, confidence)
+
+
+@pytest.mark.parametrize("question, expected", [
+    ("Ledger Service is degraded. Which services does it depend on?", ("DEPENDS_ON", "outgoing")),
+    ("Which services depend on Ledger Service?", ("DEPENDS_ON", "incoming")),
+    ("Ledger Service is down. Which services that depend on it are affected?", ("DEPENDS_ON", "incoming")),
+    ("Who owns Ledger Service?", ("OWNED_BY", "outgoing")),
+    ("What are the dependencies of Ledger Service?", ("DEPENDS_ON", "outgoing")),
+    ("Is there a runbook for Ledger Service?", ("HAS_RUNBOOK", "outgoing")),
+])
+def test_the_ontology_phrases_decide_the_relationship_and_its_direction(intents, question, expected):
+    found = intents.read(question, [link("Ledger Service", question.index("Ledger Service"), "ent-ledger")])
+    assert [(i.relationship_type, i.direction) for i in found] == [expected]
+    assert found[0].subjects == {"ent-ledger"}
+
+
+def test_no_phrase_no_intent_and_a_weak_referent_is_not_a_subject(intents):
+    assert intents.read("Ledger Service records coin transfers.", [link("Ledger Service", 0, "e")]) == []
+    weak = [link("package", 10, "e", confidence=GENERIC_NAME_CONFIDENCE)]
+    assert intents.read("The alert package is down. What depends on it?", weak) == []
+    # Named in the phrase itself, even a generic word is the subject: the phrase says more than the word.
+    named = intents.read("What depends on package?", [link("package", 16, "e", confidence=GENERIC_NAME_CONFIDENCE)])
+    assert [(i.relationship_type, i.direction, i.subjects) for i in named] == [("DEPENDS_ON", "incoming", {"e"})]
+
+
+def test_phrases_come_from_the_ontology_not_the_engine():
+    ontology = Ontology(
+        entity_types=({"name": "Thing"},), default_entity_type="Thing",
+        relationship_types=({"name": "FEEDS", "query_phrases": {"outgoing": ["what does {x} feed"]}},
+                            {"name": "RELATED_TO"}),
+        fallback_relationship_type="RELATED_TO",
+    )
+    reader = IntentReader(ontology)
+    found = reader.read("What does Mill feed?", [link("Mill", 10, "mill")])
+    assert [(i.relationship_type, i.direction) for i in found] == [("FEEDS", "outgoing")]
+    assert reader.read("What does Mill depend on?", [link("Mill", 10, "mill")]) == []
+    with pytest.raises(ValueError, match="must hold"):
+        Ontology(entity_types=({"name": "Thing"},), default_entity_type="Thing",
+                 relationship_types=({"name": "FEEDS", "query_phrases": {"outgoing": ["what feeds"]}},
+                                     {"name": "RELATED_TO"}))
+
+
+# --- keyword index --------------------------------------------------------------------------------------------------
+
+
+def test_bm25_scores_are_a_share_of_a_perfect_match_and_identifiers_weigh_more():
+    index = KeywordIndex([
+        ("a", "quota tokens expire during settlement"),
+        ("b", "the error ERR_QUOTA_7 means the quota expired " + "filler words here " * 20),
+        ("c", "nothing relevant"),
+    ])
+    scores = index.scores("quota ERR_QUOTA_7", limit=10)
+    assert set(scores) == {"a", "b"} and all(0 < s < 1 for s in scores.values())
+    assert scores["b"] > scores["a"]  # the identifier outweighs the short page's shared word
+    assert index.scores("unknown vocabulary", limit=10) == {}
+    assert index.identifier_matches("what is ERR_QUOTA_7?") == {"b": pytest.approx(1.0)}
+    assert index.identifier_matches("quota tokens") == {}
+
+
+def test_identifier_shapes():
+    found = identifiers("KubePodCrashLooping node_cpu_total api.v1 http2 payments-api 1990s Paris well-known")
+    assert found == {"kubepodcrashlooping", "node_cpu_total", "api.v1", "http2"}
