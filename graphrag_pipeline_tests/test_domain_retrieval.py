@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from graphrag_pipeline.lib.ids import entity_id
+from graphrag_pipeline.lib.ids import entity_id, stable_shard
 from graphrag_pipeline.lib.stages import build_everything
 from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorReader
@@ -214,3 +214,42 @@ def test_an_exact_identifier_is_rescued_by_the_keyword_signal(engine):
     assert hybrid.doc_ids[0] == doc("quota-errors.md")
     assert hybrid.results[0].identifier_score == 1.0  # the question's one identifier, found in one page only
     assert all(r.identifier_score == 0 for r in hybrid.results[1:])
+
+
+# --- catalog names in text ------------------------------------------------------------------------------------------
+
+
+def test_catalog_names_in_text_are_spotted_and_a_catalog_change_reaches_chunks_extracted_before_it(tmp_path):
+    """A text mentions "Coin Minter" before the catalog defines it. The catalog entry is added later and only the
+    catalog's shard runs again: the corpus-wide merge extracts the older chunk again with the catalog's names."""
+    corpus, catalog = tmp_path / "corpus", tmp_path / "catalog"
+    corpus.mkdir()
+    catalog.mkdir()
+    (corpus / "minting.md").write_text("# Minting\n\nEvery night the Coin Minter stamps fresh coins.\n", "utf-8")
+    (catalog / "catalog-info.yaml").write_text(CATALOG, encoding="utf-8")
+    settings = folder_settings(tmp_path / "index", corpus).with_overrides(sources=[
+        {"name": "t", "kind": "folder", "path": str(corpus)},
+        {"name": "cat", "kind": "catalog", "path": str(catalog)},
+    ])
+    minter = entity_id("coinminter")
+    catalog_shard = stable_shard("cat:component:default/coinminter", settings.shard_count)
+    assert stable_shard(doc("minting.md"), settings.shard_count) != catalog_shard
+    with Workspace(settings, embedder=HashedEmbedder(VOCABULARY)) as workspace:
+        build_everything(workspace)
+        chunk_ids = [c.chunk_id for c in workspace.state.chunks() if c.doc_id == doc("minting.md")]
+        assert minter not in workspace.graph_store.all_entity_ids()
+
+    (catalog / "catalog-info.yaml").write_text(
+        CATALOG + "---\napiVersion: backstage.io/v1alpha1\nkind: Component\n"
+                  "metadata: {name: coinminter, title: Coin Minter}\nspec: {type: service}\n", encoding="utf-8")
+    with Workspace(settings, embedder=HashedEmbedder(VOCABULARY)) as workspace:
+        reports = {r.stage: r for r in build_everything(workspace, shards=[catalog_shard])}
+        assert reports["element_summaries"].counts["re_extracted_chunks"] >= len(chunk_ids) > 0
+        mentioned = workspace.graph_store.entities_of_chunks(chunk_ids)
+        assert any(minter in entity_ids for entity_ids in mentioned.values())
+        coin_minter = workspace.graph_store.get_entities([minter])[minter]
+        assert coin_minter.type == "Service" and doc("minting.md") in coin_minter.doc_ids
+        # Every chunk has one extraction under the current key again; the older ones were pruned.
+        assert workspace.state.stale_extraction_chunks(workspace.extractor_key, workspace.extractor_family) == []
+        keys = {key for (key,) in workspace.state.query("SELECT DISTINCT extractor_key FROM extractions")}
+        assert keys == {workspace.extractor_key}
