@@ -9,6 +9,7 @@ from graphrag_pipeline_tests.postgres import postgres_server  # noqa: F401  (reg
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SAMPLE_CORPUS = Path(__file__).parent.parent / "data" / "corpus"  # the sample corpus README command 1 indexes
+SAMPLE_CATALOG = SAMPLE_CORPUS.parent / "catalog"  # and its services' catalog
 
 
 def folder_settings(index_dir: Path, corpus: Path, **overrides) -> PipelineSettings:
@@ -39,7 +40,10 @@ def multihop_settings(tmp_path_factory) -> PipelineSettings:
 @pytest.fixture(scope="session")
 def sample_settings(tmp_path_factory) -> PipelineSettings:
     """The sample corpus (Prometheus runbooks, OpenTelemetry demo, Online Boutique) built on embedded defaults."""
-    settings = folder_settings(tmp_path_factory.mktemp("sample") / "index", SAMPLE_CORPUS)
+    settings = folder_settings(tmp_path_factory.mktemp("sample") / "index", SAMPLE_CORPUS).with_overrides(
+        sources=[{"name": "t", "kind": "folder", "path": str(SAMPLE_CORPUS)},
+                 {"name": "sample-catalog", "kind": "catalog", "path": str(SAMPLE_CATALOG)}],
+    )
     build(settings)
     return settings
 

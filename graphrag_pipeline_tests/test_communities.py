@@ -7,6 +7,7 @@ from graphrag_pipeline.lib.communities import (
     community_content_hash,
     community_id,
     detect_communities,
+    source_titles_of,
     summarize_community_extractively,
 )
 from graphrag_pipeline.lib.models import Community, Entity, Relationship
@@ -375,3 +376,16 @@ def test_invalid_limits_raise():
         summarize(max_sentences=0)
     with pytest.raises(ValueError):
         summarize(top_entities=0)
+
+
+def test_a_summary_names_the_documents_most_members_come_from():
+    titles = {"doc-1": "Payments runbook", "doc-2": "Checkout README", "doc-3": "Team Payments"}
+    # doc-1 and doc-2 are each mentioned by two members, doc-3 by one: by count, then by title.
+    assert source_titles_of(COMMUNITY, ENTITIES, titles) == ("Checkout README", "Payments runbook", "Team Payments")
+    assert source_titles_of(COMMUNITY, ENTITIES, titles, limit=1) == ("Checkout README",)
+    assert source_titles_of(COMMUNITY, ENTITIES, {}) == ()  # untitled documents are not named
+    sources = source_titles_of(COMMUNITY, ENTITIES, titles, limit=2)
+    summary = summarize(source_titles=sources)
+    assert summary.summary.splitlines()[1] == "From: Checkout README; Payments runbook."
+    assert "From:" not in summarize().summary
+    assert summary.content_hash != summarize().content_hash  # other sources, another summary to store

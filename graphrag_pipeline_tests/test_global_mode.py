@@ -26,8 +26,13 @@ def engine(sample_settings):
 
 
 def folder(doc_id: str) -> str:
-    """The corpus folder a document comes from: doc ids are ``<source>:<path inside data/corpus>``."""
-    return doc_id.split(":", 1)[1].split("/", 1)[0]
+    """The corpus folder a document comes from: doc ids are ``<source>:<path inside data/corpus>``; a page of the
+    sample catalog (``sample-catalog:<kind>:<namespace>/<name>``) belongs to its system's folder: Online Boutique's
+    entities have their own namespace, the OpenTelemetry demo's the default one."""
+    source, _, rest = doc_id.partition(":")
+    if source == "sample-catalog":
+        return "online-boutique" if rest.split(":", 1)[1].startswith("online-boutique/") else "otel-demo"
+    return rest.split("/", 1)[0]
 
 
 def member_folders(engine, community_id: str) -> Counter:

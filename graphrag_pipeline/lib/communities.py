@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Collection, Mapping, Sequence
 
 from graphrag_pipeline.lib.ids import content_hash, short_id
@@ -21,11 +21,12 @@ from graphrag_pipeline.lib.models import Community, CommunitySummary, Entity, Re
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _WHITESPACE = re.compile(r"\s+")
+SOURCE_TITLES = 3  # document titles a summary names as its sources
 TITLE_NAMES = 3  # member names in a community title: enough to recognise the subsystem, few enough to read
 SECOND_TYPE_SHARE = 0.5  # a second type leads the title when it has at least this share of the first's strength
 RELATIONSHIP_KINDS = 3  # (source type, relationship, target type) kinds named at the top of a summary
 # Part of every community's content hash: bump it when the summary rule changes, so stored summaries are redone.
-SUMMARY_RULE_VERSION = 2
+SUMMARY_RULE_VERSION = 3  # 3: the titles of the documents the members come from
 
 
 def detect_communities(
@@ -92,13 +93,16 @@ def community_id(level: int, entity_ids: Sequence[str]) -> str:
     return short_id("comm", str(level), *sorted(entity_ids))
 
 
-def community_content_hash(community: Community, entities: Mapping[str, Entity]) -> str:
-    """Hash of a community's membership and what its summary reads of each member (type and description): an
-    unchanged hash means a reusable summary, and a retyped member retitles its communities."""
+def community_content_hash(
+    community: Community, entities: Mapping[str, Entity], source_titles: Sequence[str] = ()
+) -> str:
+    """Hash of a community's membership, what its summary reads of each member (type and description) and the
+    titles it names as its sources: an unchanged hash means a reusable summary, and a retyped member retitles its
+    communities."""
     missing = [entity for entity in community.entity_ids if entity not in entities]
     if missing:
         raise ValueError(f"community {community.community_id} members are not in the entity map: {missing[:10]}")
-    parts: list[str] = [str(SUMMARY_RULE_VERSION), community.community_id]
+    parts: list[str] = [str(SUMMARY_RULE_VERSION), community.community_id, *source_titles]
     for entity_id in sorted(community.entity_ids):
         parts += (entity_id, entities[entity_id].type, entities[entity_id].description)
     return content_hash(*parts)
@@ -113,6 +117,7 @@ def summarize_community_extractively(
     max_sentences: int,
     max_chunk_ids: int = 50,
     generic_types: Collection[str] = (),
+    source_titles: Sequence[str] = (),
 ) -> CommunitySummary:
     """A model-free community report built from the members' own words, titled by its dominant typed entities.
 
@@ -130,8 +135,10 @@ def summarize_community_extractively(
     ``TITLE_NAMES`` of their members by standing (each leading type's best member first), grouped by type:
     "Services: cart and checkout; Alerts: KubeletDown". Ties break by name, so the title is deterministic.
 
-    The summary opens with what the community is: the top members grouped by type (leading types first), then the
-    kinds of typed relationships inside it; then the distinct sentences of the strongest relationships inside,
+    The summary opens with what the community is: the top members grouped by type (leading types first), the
+    documents it comes from (``source_titles``, see ``source_titles_of``: a runbook's or a service's README title
+    says which part of the system a community is, as no member's name does), then the kinds of typed
+    relationships inside it; then the distinct sentences of the strongest relationships inside,
     topped up with the top members' descriptions when relationships say too little, then how many documents back it.
     """
     if top_entities < 1 or max_sentences < 1 or max_chunk_ids < 0:
@@ -162,6 +169,7 @@ def summarize_community_extractively(
     doc_ids = {doc for entity in members.values() for doc in entity.doc_ids}
     lines = [
         _members_by_type(top, [*leading, *(t for t in strengths if t not in leading)]),
+        *([f"From: {'; '.join(source_titles)}."] if source_titles else []),
         *_relationship_kinds(internal, members, generic_types),
         *_distinct(sentences)[:max_sentences],
         f"Sources: {len(doc_ids)} document{'s' if len(doc_ids) != 1 else ''}.",
@@ -173,9 +181,26 @@ def summarize_community_extractively(
         title=_title(ranked, leading),
         summary="\n".join(lines),
         top_entities=tuple(entity.name for entity in top),
-        content_hash=community_content_hash(community, members),
+        content_hash=community_content_hash(community, members, source_titles),
         chunk_ids=_representative_chunks(ranked, max_chunk_ids),
     )
+
+
+def source_titles_of(
+    community: Community, entities: Mapping[str, Entity], titles: Mapping[str, str], limit: int = SOURCE_TITLES
+) -> tuple[str, ...]:
+    """The titles of the documents most of the community's members come from (by how many members each document
+    mentions, ties by title), distinct, at most ``limit``."""
+    members_of: Counter[str] = Counter(doc for eid in community.entity_ids for doc in set(entities[eid].doc_ids))
+    ranked = sorted(members_of.items(), key=lambda kv: (-kv[1], titles.get(kv[0], ""), kv[0]))
+    chosen: list[str] = []
+    for doc_id, _ in ranked:
+        title = titles.get(doc_id, "").strip()
+        if title and title not in chosen:
+            chosen.append(title)
+            if len(chosen) == limit:
+                break
+    return tuple(chosen)
 
 
 def _undirected_edge_list(edges: Sequence[tuple[str, str, float]]) -> list[tuple[str, str, float]]:

@@ -7,7 +7,11 @@ import json
 from collections import defaultdict
 from typing import Sequence
 
-from graphrag_pipeline.lib.communities import community_content_hash, summarize_community_extractively
+from graphrag_pipeline.lib.communities import (
+    community_content_hash,
+    source_titles_of,
+    summarize_community_extractively,
+)
 from graphrag_pipeline.lib.config import PipelineSettings
 from graphrag_pipeline.lib.ids import content_hash
 from graphrag_pipeline.lib.merge import entity_from_payload, relationship_from_payload
@@ -41,9 +45,12 @@ def summarize_communities(ws: Workspace) -> StageReport:
     # The summarizer (model, prompt version, input budget) is part of a summary's identity: changing it redoes
     # exactly the summaries it writes.
     summarizer_key = f"llm:{ws.settings.llm.provider}:{ws.settings.llm.model}:{report_version(ws.settings.summaries)}"
+    titles = ws.state.document_titles({doc for c in communities for eid in c.entity_ids
+                                       for doc in entities[eid].doc_ids})
+    sources = {c.community_id: source_titles_of(c, entities, titles) for c in communities}
     hashes = {
-        c.community_id: content_hash(community_content_hash(c, entities), summarizer_key)
-        if c.community_id in reported_by_llm else community_content_hash(c, entities)
+        c.community_id: content_hash(community_content_hash(c, entities, sources[c.community_id]), summarizer_key)
+        if c.community_id in reported_by_llm else community_content_hash(c, entities, sources[c.community_id])
         for c in communities
     }
     todo = [c for c in communities if previous.get(c.community_id) != hashes[c.community_id]]
@@ -62,6 +69,7 @@ def summarize_communities(ws: Workspace) -> StageReport:
                 top_entities=config.top_entities,
                 max_sentences=config.summary_sentences,
                 generic_types=generic_types,
+                source_titles=sources[community.community_id],
             )
             progress.advance()
     by_llm = [c for c in todo if c.community_id in reported_by_llm]
@@ -74,7 +82,8 @@ def summarize_communities(ws: Workspace) -> StageReport:
             if written is not None:
                 new_summaries[community.community_id] = written
             else:  # stored under its extractive hash, so the next run asks the model again
-                hashes[community.community_id] = community_content_hash(community, entities)
+                hashes[community.community_id] = community_content_hash(community, entities,
+                                                                        sources[community.community_id])
         report.counts["llm_reports"] = sum(r is not None for r in reports)
         report.counts["llm_report_failures"] = sum(r is None for r in reports)
     upserts = {cid: (hashes[cid], json.dumps(summary.to_dict())) for cid, summary in new_summaries.items()}
