@@ -15,15 +15,11 @@ import pytest
 
 from graphrag_pipeline.lib.ids import entity_id, stable_shard
 from graphrag_pipeline.lib.stages import build_everything
-from graphrag_pipeline.lib.state import StateStore
-from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorReader
-from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.lib.workspace import Workspace
-from graphrag_pipeline.query.engine import QueryEngine
 from graphrag_pipeline.query.linking import GENERIC_NAME_CONFIDENCE
 
 from .conftest import folder_settings
-from .test_retrieval_mechanisms import HashedEmbedder, content_words
+from .test_retrieval_mechanisms import HashedEmbedder, build_and_open_index, content_words
 
 pytestmark = pytest.mark.slow  # the offline extractor loads spaCy
 
@@ -103,16 +99,7 @@ def engine(tmp_path_factory):
         {"name": "t", "kind": "folder", "path": str(corpus)},
         {"name": "cat", "kind": "catalog", "path": str(catalog)},
     ])
-    with Workspace(settings, embedder=HashedEmbedder(VOCABULARY)) as workspace:
-        build_everything(workspace)
-    index = Path(settings.index_dir)
-    with QueryEngine(
-        settings,
-        state=StateStore(index / "state.sqlite", read_only=True),
-        graph_store=EmbeddedGraphStore(index / "graph.sqlite", read_only=True),
-        vector_store=EdgeVectorReader(index / "vectors"),
-        embedder=HashedEmbedder(VOCABULARY),
-    ) as opened:
+    with build_and_open_index(settings, VOCABULARY) as opened:
         yield opened
 
 

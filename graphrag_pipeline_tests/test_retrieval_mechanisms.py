@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 
 from graphrag_pipeline.lib.chunking import WordTokenizer
+from graphrag_pipeline.lib.config import PipelineSettings
 from graphrag_pipeline.lib.fusion import rank, reciprocal_rank_fusion, weighted_fusion
 from graphrag_pipeline.lib.ids import entity_id, normalize_name
 from graphrag_pipeline.lib.models import Entity
@@ -211,8 +212,12 @@ def build_and_open(root: Path, files: dict[str, str], **settings_overrides) -> Q
     corpus.mkdir()
     for name, text in files.items():
         (corpus / name).write_text(text, encoding="utf-8")
-    settings = folder_settings(root / "index", corpus, **settings_overrides)
-    with Workspace(settings, embedder=HashedEmbedder(VOCABULARY)) as workspace:
+    return build_and_open_index(folder_settings(root / "index", corpus, **settings_overrides), VOCABULARY)
+
+
+def build_and_open_index(settings: PipelineSettings, vocabulary: set[str]) -> QueryEngine:
+    """Build the configured sources with the bag-of-words embedder over ``vocabulary`` and open the index."""
+    with Workspace(settings, embedder=HashedEmbedder(vocabulary)) as workspace:
         build_everything(workspace)
     index = Path(settings.index_dir)
     return QueryEngine(
@@ -220,7 +225,7 @@ def build_and_open(root: Path, files: dict[str, str], **settings_overrides) -> Q
         state=StateStore(index / "state.sqlite", read_only=True),
         graph_store=EmbeddedGraphStore(index / "graph.sqlite", read_only=True),
         vector_store=EdgeVectorReader(index / "vectors"),
-        embedder=HashedEmbedder(VOCABULARY),
+        embedder=HashedEmbedder(vocabulary),
     )
 
 
