@@ -275,7 +275,8 @@ class GraphRetriever(VectorRetriever):
 
         started = time.perf_counter()
         keywords = self.index.keyword_index()
-        result.keyword_scores = keywords.scores(question, SCORING_POOL)
+        if config.keyword_weight:  # off by default: scoring every chunk for nothing would be the hot path's cost
+            result.keyword_scores = keywords.scores(question, SCORING_POOL)
         result.identifier_scores = keywords.identifier_matches(question)
         timings["keyword_search"] = elapsed_ms(started)
 
