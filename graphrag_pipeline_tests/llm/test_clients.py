@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timedelta, timezone
+from email.utils import format_datetime
 
 import numpy as np
 import pytest
 
 from graphrag_pipeline.lib.config import EmbedderConfig, PriceSpec
+from graphrag_pipeline.lib.http import retry_after_seconds
 from graphrag_pipeline.lib.llm import clients
 from graphrag_pipeline.lib.llm.clients import (
     CIRCUIT_BREAKER_COOLDOWN_SECONDS,
@@ -154,6 +157,38 @@ def test_retry_after_is_capped_and_backoff_is_bounded(llm_server):
     assert waits[0] == 1.5  # an hour-long Retry-After does not park the pipeline
     assert 0 <= waits[1] <= 1.0 * 2 and 0 <= waits[2] <= 1.5  # full jitter under the doubling cap
     assert client.usage.retries == 3
+
+
+def test_retry_after_on_a_503_is_honoured_too(llm_server):
+    # An overloaded or restarting server says when to come back on 503 as much as on 429.
+    waits: list[float] = []
+    client = chat_client(llm_config(llm_server, "ollama", max_backoff_seconds=30), sleep=waits.append)
+    llm_server.script(OLLAMA_CHAT, Reply(status=503, body="{}", headers={"Retry-After": "12"}))
+
+    assert client.complete(HELLO).text
+    assert waits == [12.0]  # backoff_seconds is 0.01: a jittered wait would be far shorter
+
+
+def test_retry_after_as_an_http_date_waits_until_that_moment(llm_server):
+    waits: list[float] = []
+    client = chat_client(llm_config(llm_server, "openai", max_backoff_seconds=60), sleep=waits.append)
+    in_twenty_seconds = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=20), usegmt=True)
+    llm_server.script(OPENAI_CHAT, Reply(status=429, body="{}", headers={"Retry-After": in_twenty_seconds}))
+
+    assert client.complete(HELLO).text
+    [wait] = waits
+    assert 10 < wait <= 20  # the date has whole seconds; the rest is the time the request took
+
+
+def test_retry_after_values_read_as_seconds():
+    now = datetime.now(timezone.utc)
+    assert retry_after_seconds("7") == 7.0
+    assert retry_after_seconds("1.5") == 1.5
+    assert 50 < retry_after_seconds(format_datetime(now + timedelta(minutes=1), usegmt=True)) <= 60
+    assert retry_after_seconds(format_datetime(now - timedelta(minutes=1), usegmt=True)) == 0.0  # already past
+    assert retry_after_seconds("-3") == 0.0
+    assert retry_after_seconds("next tuesday") is None  # unreadable: the client's own backoff applies
+    assert retry_after_seconds("") is None and retry_after_seconds(None) is None
 
 
 @pytest.mark.parametrize("provider", ["openai", "ollama"])
