@@ -1,5 +1,6 @@
 """Element summaries: merge per-chunk mentions into one entity per real-world thing and one relationship per typed
-pair, keeping every description's provenance. Deterministic (no model): the same mentions give the same elements,
+pair, keeping every description's provenance: which documents state each description part and each predicate,
+so that a reader is shown only what some document it may read says (query.access). Deterministic (no model): the same mentions give the same elements,
 whatever order the chunks were processed in.
 """
 
@@ -30,6 +31,7 @@ class _EntityAccumulator:
     catalog_types: Counter = field(default_factory=Counter)  # types a structured catalog states: they win the vote
     catalog_forms: set[str] = field(default_factory=set)  # how a structured catalog spells the name
     descriptions: dict[str, tuple[str, str]] = field(default_factory=dict)  # text -> first (doc, chunk) seen
+    description_docs: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # text -> every doc
     chunk_ids: set[str] = field(default_factory=set)
     doc_ids: set[str] = field(default_factory=set)
 
@@ -38,7 +40,8 @@ class _EntityAccumulator:
 class _RelationAccumulator:
     weight: float = 0.0
     descriptions: dict[str, tuple[str, str]] = field(default_factory=dict)
-    predicates: set[str] = field(default_factory=set)
+    description_docs: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    predicates: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # wording -> docs using it
     chunk_ids: set[str] = field(default_factory=set)
     doc_ids: set[str] = field(default_factory=set)
 
@@ -115,8 +118,9 @@ def merge_extractions(
             if mention.spotter == "catalog":
                 acc.catalog_types[ontology.entity_type(mention.type)] += 1
                 acc.catalog_forms.add(mention.name.strip())
-            if mention.description and mention.description not in acc.descriptions:
-                acc.descriptions[mention.description] = (doc_id, chunk_id)
+            if mention.description:
+                acc.descriptions.setdefault(mention.description, (doc_id, chunk_id))
+                acc.description_docs[mention.description].add(doc_id)
             acc.chunk_ids.add(chunk_id)
             acc.doc_ids.add(doc_id)
         for relation in extraction.relations:
@@ -136,29 +140,17 @@ def merge_extractions(
                 source_key, target_key = target_key, source_key
             acc_r = relations[(source_key, rel_type, target_key)]
             acc_r.weight += relation.weight
-            if relation.description and relation.description not in acc_r.descriptions:
-                acc_r.descriptions[relation.description] = (doc_id, chunk_id)
+            if relation.description:
+                acc_r.descriptions.setdefault(relation.description, (doc_id, chunk_id))
+                acc_r.description_docs[relation.description].add(doc_id)
             if relation.predicate:
-                acc_r.predicates.add(relation.predicate)
+                acc_r.predicates[relation.predicate].add(doc_id)
             acc_r.chunk_ids.add(chunk_id)
             acc_r.doc_ids.add(doc_id)
 
     merged_entities = [_entity(key, acc, ontology, description_limits, catalog.names.get(key))
                        for key, acc in entities.items()]
-    merged_relations = [
-        Relationship(
-            relationship_id=relationship_id(entity_id(s), t, entity_id(o)),
-            source_id=entity_id(s),
-            target_id=entity_id(o),
-            type=t,
-            description=_merge_descriptions(acc.descriptions, description_limits),
-            weight=round(acc.weight, 6),
-            chunk_ids=tuple(sorted(acc.chunk_ids))[:MAX_PROVENANCE],
-            doc_ids=tuple(sorted(acc.doc_ids)),
-            predicates=tuple(sorted(acc.predicates)),
-        )
-        for (s, t, o), acc in relations.items()
-    ]
+    merged_relations = [_relationship(s, t, o, acc, description_limits) for (s, t, o), acc in relations.items()]
     merged_entities.sort(key=lambda e: e.entity_id)
     merged_relations.sort(key=lambda r: r.relationship_id)
     return merged_entities, merged_relations
@@ -183,29 +175,55 @@ def _entity(
     # The catalog's names first: the list is capped, and they are what questions use.
     aliases = tuple(dict.fromkeys(form for form in (*(catalog_names or ()), *sorted(acc.surface_forms))
                                   if form != name))
+    parts = _description_parts(acc, description_limits)
     return Entity(
         entity_id=entity_id(key),
         name=name,
         canonical=key,
         type=entity_type,
-        description=_merge_descriptions(acc.descriptions, description_limits),
+        description="\n".join(text for text, _ in parts),
         mention_count=len(acc.chunk_ids),
         chunk_ids=tuple(sorted(acc.chunk_ids))[:MAX_PROVENANCE],
         doc_ids=tuple(sorted(acc.doc_ids)),
         aliases=aliases[:50],
+        description_parts=parts,
     )
 
 
-def _merge_descriptions(descriptions: dict[str, tuple[str, str]], limits: tuple[int, int]) -> str:
-    """Distinct descriptions in document order, capped, so the merge is stable under re-processing."""
-    ordered = sorted(descriptions.items(), key=lambda kv: (kv[1], kv[0]))
-    return capped_descriptions([text for text, _ in ordered], *limits)
+def _relationship(
+    source: str, rel_type: str, target: str, acc: _RelationAccumulator, description_limits: tuple[int, int]
+) -> Relationship:
+    parts = _description_parts(acc, description_limits)
+    predicates = sorted(acc.predicates)
+    return Relationship(
+        relationship_id=relationship_id(entity_id(source), rel_type, entity_id(target)),
+        source_id=entity_id(source),
+        target_id=entity_id(target),
+        type=rel_type,
+        description="\n".join(text for text, _ in parts),
+        weight=round(acc.weight, 6),
+        chunk_ids=tuple(sorted(acc.chunk_ids))[:MAX_PROVENANCE],
+        doc_ids=tuple(sorted(acc.doc_ids)),
+        predicates=tuple(predicates),
+        description_parts=parts,
+        predicate_doc_ids=tuple(tuple(sorted(acc.predicates[p])) for p in predicates),
+    )
 
 
-def capped_descriptions(
+def _description_parts(
+    acc: _EntityAccumulator | _RelationAccumulator, limits: tuple[int, int]
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Distinct descriptions in document order, capped, so the merge is stable under re-processing; each with every
+    document that states it."""
+    ordered = sorted(acc.descriptions.items(), key=lambda kv: (kv[1], kv[0]))
+    kept = kept_descriptions([text for text, _ in ordered], *limits)
+    return tuple((text, tuple(sorted(acc.description_docs[text]))) for text in kept)
+
+
+def kept_descriptions(
     descriptions: list[str], max_descriptions: int = MAX_DESCRIPTIONS, max_chars: int = MAX_DESCRIPTION_CHARS
-) -> str:
-    """The first descriptions, one per line, within ``max_descriptions`` and ``max_chars`` (always at least one)."""
+) -> list[str]:
+    """The first descriptions within ``max_descriptions`` and ``max_chars`` (always at least one, if any)."""
     kept: list[str] = []
     total = 0
     for text in descriptions[:max_descriptions]:
@@ -213,7 +231,22 @@ def capped_descriptions(
             break
         kept.append(text)
         total += len(text)
-    return "\n".join(kept)
+    return kept
+
+
+def capped_descriptions(
+    descriptions: list[str], max_descriptions: int = MAX_DESCRIPTIONS, max_chars: int = MAX_DESCRIPTION_CHARS
+) -> str:
+    """The first descriptions, one per line, within ``max_descriptions`` and ``max_chars`` (always at least one)."""
+    return "\n".join(kept_descriptions(descriptions, max_descriptions, max_chars))
+
+
+def capped_parts(
+    parts: tuple[tuple[str, tuple[str, ...]], ...], limits: tuple[int, int] = DEFAULT_LIMITS
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The first description parts within the limits, with their documents."""
+    kept = kept_descriptions([text for text, _ in parts], *limits)
+    return parts[: len(kept)]
 
 
 def element_payload(element: Entity | Relationship) -> tuple[str, str]:
@@ -224,9 +257,16 @@ def element_payload(element: Entity | Relationship) -> tuple[str, str]:
 
 def entity_from_payload(data: dict) -> Entity:
     return Entity(**{**data, "chunk_ids": tuple(data["chunk_ids"]), "doc_ids": tuple(data["doc_ids"]),
-                     "aliases": tuple(data.get("aliases", ()))})
+                     "aliases": tuple(data.get("aliases", ())),
+                     "description_parts": _parts_from_json(data.get("description_parts", ()))})
 
 
 def relationship_from_payload(data: dict) -> Relationship:
     return Relationship(**{**data, "chunk_ids": tuple(data["chunk_ids"]), "doc_ids": tuple(data["doc_ids"]),
-                           "predicates": tuple(data.get("predicates", ()))})
+                           "predicates": tuple(data.get("predicates", ())),
+                           "description_parts": _parts_from_json(data.get("description_parts", ())),
+                           "predicate_doc_ids": tuple(tuple(docs) for docs in data.get("predicate_doc_ids", ()))})
+
+
+def _parts_from_json(parts: Sequence) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    return tuple((text, tuple(docs)) for text, docs in parts)

@@ -83,6 +83,9 @@ class Entity:
     chunk_ids: tuple[str, ...]
     doc_ids: tuple[str, ...]
     aliases: tuple[str, ...] = ()
+    # Each part of the description with the documents that state it, so a reader is shown only the parts some
+    # document it may read states (query.access). Empty when unknown (the graph stores keep the merged text only).
+    description_parts: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,6 +102,8 @@ class Relationship:
     chunk_ids: tuple[str, ...]
     doc_ids: tuple[str, ...]
     predicates: tuple[str, ...] = ()
+    description_parts: tuple[tuple[str, tuple[str, ...]], ...] = ()  # as Entity.description_parts
+    predicate_doc_ids: tuple[tuple[str, ...], ...] = ()  # the documents phrasing each predicate, in their order
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -5,11 +5,27 @@ restrictions, a folder's configuration). A caller holding any of those groups ma
 derived from documents inherits that: a chunk is readable with its document; an entity or relationship is visible
 when at least one readable document supports it (its provenance); a community summary only when every document it
 was written from is readable, since its text mixes them all.
+
+What a visible entity or relationship *says* follows the same rule part by part: its merged description keeps which
+documents state each part (lib.merge), and a reader who may not read all of the element's documents is shown only
+the parts, and the predicates, that some document it may read states. A public entity that a restricted document
+also describes so shows the public reader the public sentences only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+
+from graphrag_pipeline.lib.models import Entity, Relationship
+from graphrag_pipeline.lib.state import StateStore
+
+
+def reader_access(state: StateStore, groups: Iterable[str]) -> "ReaderAccess":
+    """What a caller holding ``groups`` may read, as the index says now (read per question or page, so a revocation
+    applies at once)."""
+    if isinstance(groups, str):
+        raise TypeError("groups must be a collection of group names, not one string")
+    return ReaderAccess(state.restricted_documents(), groups)
 
 
 class ReaderAccess:
@@ -29,3 +45,21 @@ class ReaderAccess:
         """For text written from them: a chunk (its one document), a community summary (every document its
         entities come from, since its text mixes them all)."""
         return all(self.can_read(doc_id) for doc_id in doc_ids)
+
+    def description(self, element: Entity | Relationship) -> str:
+        """The element's description as this reader may see it: the whole text (which a model may have written from
+        every part) when every supporting document is readable, else the parts some readable document states. An
+        element read without its parts (``description_parts`` empty: from a graph store) shows nothing then."""
+        if self.can_read_all(element.doc_ids):
+            return element.description
+        return "\n".join(text for text, doc_ids in element.description_parts if self.can_read_any(doc_ids))
+
+    def predicates(self, relationship: Relationship) -> list[str]:
+        """The wordings of a relationship that some readable document uses (all when every document is readable;
+        none when their provenance is unknown)."""
+        if self.can_read_all(relationship.doc_ids):
+            return list(relationship.predicates)
+        if len(relationship.predicate_doc_ids) != len(relationship.predicates):
+            return []
+        return [predicate for predicate, doc_ids in zip(relationship.predicates, relationship.predicate_doc_ids)
+                if self.can_read_any(doc_ids)]

@@ -11,13 +11,15 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import TypeVar
 
 from graphrag_pipeline.lib.config import PipelineSettings
 from graphrag_pipeline.lib.fusion import rank
+from graphrag_pipeline.lib.merge import entity_from_payload, relationship_from_payload
 from graphrag_pipeline.lib.models import Entity, Relationship
 from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.protocols import Embedder, GraphStore, VectorStore
-from graphrag_pipeline.query.access import ReaderAccess
+from graphrag_pipeline.query.access import ReaderAccess, reader_access
 from graphrag_pipeline.query.models import (
     Fact,
     Fusion,
@@ -36,6 +38,7 @@ FACT_DOCUMENTS = 10  # documents cited per fact: enough to check it, few enough 
 # passages of one document.
 CANDIDATES_PER_RESULT = 4
 PASSAGES_PER_DOCUMENT = 3  # citations of a document result: its best passages, best first
+ElementT = TypeVar("ElementT", Entity, Relationship)
 
 
 class QueryEngine:
@@ -84,10 +87,8 @@ class QueryEngine:
         without access groups are readable by everyone, so a caller with no groups sees exactly those).
         ``results``: "documents" (the configured default) gives ``top_k`` distinct documents, each with its best
         passages as citations; "chunks" gives the ``top_k`` best passages."""
-        if isinstance(groups, str):
-            raise TypeError("groups must be a collection of group names, not one string")
         parameters = self._parameters(mode, top_k, max_hops, fusion, results)
-        access = ReaderAccess(self.state.restricted_documents(), groups)  # read per question: revocations apply now
+        access = reader_access(self.state, groups)
         retriever = self._retrievers[parameters.mode]
         retrieval = self._retrieve(retriever, question, parameters)
         return self._respond(retriever, retrieval, parameters, access)
@@ -190,6 +191,8 @@ class QueryEngine:
                     if r.source_id in visible and r.target_id in visible}
         among = self.graph.relationships_between(set(visible), limit=RELATIONSHIPS_IN_RESPONSE) if visible else []
         relationships = [*followed.values(), *(r for r in among if r.relationship_id not in followed)]
+        shown = with_provenance(self.state, [r for r in relationships[:RELATIONSHIPS_IN_RESPONSE]
+                                             if access.can_read_any(r.doc_ids)], access)
         retrieval.timings["respond"] = elapsed_ms(started)
         return QueryResponse(
             question=retrieval.question,
@@ -200,8 +203,7 @@ class QueryEngine:
                 for eid, (how, conf) in retrieval.linked.items()
                 if eid in visible
             ],
-            relationships=[_fact(r, visible, access, r.relationship_id in followed)
-                           for r in relationships[:RELATIONSHIPS_IN_RESPONSE] if access.can_read_any(r.doc_ids)],
+            relationships=[_fact(r, visible, access, r.relationship_id in followed) for r in shown],
             fell_back_to_vector=retrieval.fell_back_to_vector,
             timings_ms=retrieval.timings,
         )
@@ -219,13 +221,29 @@ class QueryEngine:
         return {eid: e for eid, e in self.graph.get_entities(wanted).items() if access.can_read_any(e.doc_ids)}
 
 
+def with_provenance(state: StateStore, elements: list[ElementT], access: ReaderAccess) -> list[ElementT]:
+    """The elements with the provenance of their parts (the index's merged elements; graph stores keep the merged
+    text only), where the reader may not read every document behind one and so sees only some of its parts."""
+    partial = [e for e in elements if not access.can_read_all(e.doc_ids)]
+    if not partial:
+        return elements
+    if isinstance(partial[0], Entity):
+        kind, key, parse = "entity", (lambda e: e.entity_id), entity_from_payload
+    else:
+        kind, key, parse = "relationship", (lambda e: e.relationship_id), relationship_from_payload
+    merged = {eid: parse(p) for eid, p in state.element_payloads(kind, [key(e) for e in partial]).items()}
+    # An element the index no longer holds (a rebuild landed meanwhile) stays without parts, so shows none.
+    return [merged.get(key(e), e) for e in elements]
+
+
 def _fact(relationship: Relationship, visible: dict[str, Entity], access: ReaderAccess, followed: bool) -> Fact:
-    """A relationship between two visible entities, citing only documents the caller may read."""
+    """A relationship between two visible entities, citing only documents the caller may read, in the words those
+    documents use."""
     return Fact(
         source=visible[relationship.source_id].name,
         type=relationship.type,
         target=visible[relationship.target_id].name,
-        predicates=list(relationship.predicates),
+        predicates=access.predicates(relationship),
         weight=relationship.weight,
         doc_ids=[d for d in relationship.doc_ids if access.can_read(d)][:FACT_DOCUMENTS],
         followed=followed,

@@ -8,7 +8,7 @@ from graphrag_pipeline.lib.merge import (
     DEFAULT_LIMITS,
     LLM_INPUT_DESCRIPTION_CHARS,
     LLM_INPUT_DESCRIPTIONS,
-    capped_descriptions,
+    capped_parts,
     element_payload,
     merge_extractions,
     resolve_catalog_names,
@@ -55,10 +55,12 @@ def summarize_elements(ws: Workspace) -> StageReport:
             report.counts[f"{kind}_total"] = len(payloads)
             report.counts[f"{kind}_changed"] = len(upserts)
             report.counts[f"{kind}_removed"] = len(removed)
+    # Run metadata is for operators, not for the groups: only entities that unrestricted documents alone support.
+    restricted = ws.state.restricted_documents()
     report.sample = [
         {"entity": e.name, "type": e.type, "mentions": e.mention_count, "documents": len(e.doc_ids)}
-        for e in sorted(entities, key=lambda e: (-e.mention_count, e.name))[:10]
-    ]
+        for e in sorted(entities, key=lambda e: (-e.mention_count, e.name)) if not restricted.keys() & set(e.doc_ids)
+    ][:10]
     return report
 
 
@@ -96,8 +98,11 @@ def summarize_descriptions_by_llm(
     report.counts["llm_summary_failures"] = len(todo) - len(replaced)
 
     def updated(element):
-        text = replaced.get(_element_id(element)) or capped_descriptions(element.description.split("\n"))
-        return dataclasses.replace(element, description=text)
+        # The parts stay, capped, beside the model's text: a reader who may not read every document the model read
+        # is shown the parts it may read instead (query.access).
+        parts = capped_parts(element.description_parts)
+        text = replaced.get(_element_id(element)) or "\n".join(text for text, _ in parts)
+        return dataclasses.replace(element, description=text, description_parts=parts)
 
     return [updated(e) for e in entities], [updated(r) for r in relationships]
 
