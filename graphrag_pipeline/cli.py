@@ -50,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     graph.add_argument("--offset", type=int, default=0)
     graph.add_argument("--limit", type=int, default=20)
     graph.add_argument("--order-by", choices=("mention_count", "name"), default="mention_count")
+    graph.add_argument("--group", action="append", default=[], dest="groups",
+                       help="an access group of the caller (repeatable); without any, only unrestricted documents")
     graph.add_argument("--json", action="store_true", help="JSON instead of a table")
 
     build = commands.add_parser("build", parents=[config_flag, index_dir_flag],
@@ -129,11 +131,11 @@ def _run(args: argparse.Namespace) -> int:
                 payload = explore.graph_stats(index.graph)
                 text = _format_stats(payload)
             elif args.what == "entities":
-                payload = explore.list_entities(index.graph, offset=args.offset, limit=args.limit,
+                payload = explore.list_entities(index, groups=args.groups, offset=args.offset, limit=args.limit,
                                                 order_by=args.order_by)
                 text = _format_page(payload, "entities", ("name", "type", "mention_count", "documents", "description"))
             else:
-                payload = explore.list_relationships(index.graph, offset=args.offset, limit=args.limit)
+                payload = explore.list_relationships(index, groups=args.groups, offset=args.offset, limit=args.limit)
                 text = _format_page(payload, "relationships", ("subject", "predicate", "object", "weight", "documents"))
             _print(payload, args.json, text)
     return 0
