@@ -1,12 +1,24 @@
 """Access control, end to end: documents carry access groups from their source (here: front matter), and the query
 module never returns text, entity paths, relationships or summaries derived only from documents the caller may not
-read — while a caller holding the group gets them."""
+read — while a caller holding the group gets them.
+
+Two restricted documents: one about entities of its own (vault-gateway), and one (LAUNCH) about the public
+services, which describes them, states a relationship between two of them that no public document states, words a
+public relationship its own way and joins them into a community with the public documents' entities — the case
+where every channel (facts, community summaries, exploration, run metadata) must hold back text only it supplied.
+"""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from graphrag_pipeline.query import open_index
+from graphrag_pipeline.cli import main as cli_main
+from graphrag_pipeline.defs.reporting import public_report, to_result
+from graphrag_pipeline.lib import checks
+from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.query import explore, open_index
 from graphrag_pipeline.query.access import ReaderAccess
 
 from .conftest import build, folder_settings
@@ -25,25 +37,53 @@ PUBLIC = {
     "checkout.md": "# Checkout\n\ncheckout-service calls payments-api to charge cards.\n",
     "payments.md": "# Payments API\n\npayments-api is owned by team-payments and depends on ledger-db.\n",
 }
+LAUNCH = """---
+access_groups: [payments-oncall]
+---
+# Checkout launch
+
+checkout-service depends on ledger-db for the launch code ZEBRA-7.
+checkout-service depends on payments-api to release the launch code ZEBRA-7.
+"""
 QUESTION = "Who held the expired signing key behind the vault-gateway outage?"
+LAUNCH_QUESTION = "What does checkout-service depend on, and what does ledger-db serve?"
+SECRET = "ZEBRA-7"  # what only LAUNCH says
+LAUNCH_DOC = "t:launch.md"
+GROUPS = ["payments-oncall"]
 
 
 @pytest.fixture(scope="module")
-def index(tmp_path_factory):
+def built(tmp_path_factory):
+    """The index's settings and the reports its build returned."""
     root = tmp_path_factory.mktemp("access")
     corpus = root / "corpus"
     corpus.mkdir()
     (corpus / "vault-incident.md").write_text(RESTRICTED)
+    (corpus / "launch.md").write_text(LAUNCH)
     for name, text in PUBLIC.items():
         (corpus / name).write_text(text)
     settings = folder_settings(root / "index", corpus, communities={"min_size": 2})
-    build(settings)
-    with open_index(settings=settings) as engine:
+    return settings, build(settings)
+
+
+@pytest.fixture(scope="module")
+def index(built):
+    with open_index(settings=built[0]) as engine:
         yield engine
 
 
 def restricted_names() -> set[str]:
     return {"vault-gateway", "hsm-proxy", "Krzysztof Obrembski"}
+
+
+def restricted_words() -> set[str]:
+    """Text that only the restricted documents hold: names, their titles, their ids, their sentences."""
+    return {*restricted_names(), SECRET, "Checkout launch", "Vault Gateway incident", "vault-incident.md", "launch.md",
+            "launch code"}
+
+
+def leaked(text: str) -> set[str]:
+    return {word for word in restricted_words() if word.lower() in text.lower()}
 
 
 def test_a_caller_without_the_group_gets_nothing_derived_from_the_restricted_document(index):
@@ -99,3 +139,102 @@ def test_a_folders_configured_groups_restrict_its_files_and_changing_them_reinge
     assert opened["Runbook"].content_hash != closed["Runbook"].content_hash
     for source in (open_folder, closed_folder):  # the sensor's cheap scan agrees with the read
         assert scan_hashes(source) == {d.doc_id: d.content_hash for d in read_source(source).documents}
+
+
+def _facts(response) -> set[tuple[str, str, str]]:
+    return {(fact.source, fact.type, fact.target) for fact in response.relationships}
+
+
+def test_a_relationship_only_a_restricted_document_states_is_no_fact_for_other_callers(index):
+    """Caught mutation: dropping the relationship access filter in QueryEngine._respond (both ends are public)."""
+    restricted_fact = ("checkout-service", "DEPENDS_ON", "ledger-db")
+    assert restricted_fact in _facts(index.query(LAUNCH_QUESTION, top_k=5, groups=GROUPS))
+    for mode in ("hybrid", "graph", "vector"):
+        response = index.query(LAUNCH_QUESTION, mode=mode, top_k=5)
+        assert restricted_fact not in _facts(response), mode
+        assert all(fact.doc_ids for fact in response.relationships), mode
+
+
+def test_a_public_relationship_shows_other_callers_only_the_wording_public_documents_use(index):
+    calls = ("checkout-service", "DEPENDS_ON", "payments-api")
+    public = {tuple(f.predicates) for f in index.query(LAUNCH_QUESTION, top_k=5).relationships
+              if (f.source, f.type, f.target) == calls}
+    entitled = {tuple(f.predicates) for f in index.query(LAUNCH_QUESTION, top_k=5, groups=GROUPS).relationships
+                if (f.source, f.type, f.target) == calls}
+    assert entitled == {("calls", "depends on")}
+    assert public == {("calls",)}
+
+
+def test_a_summary_is_shown_only_to_callers_who_may_read_every_document_it_was_written_from(index):
+    """Caught mutation: the summary rule "every document readable" turned into "any document readable" (the mixed
+    community's summary is written from public documents and LAUNCH)."""
+    summaries = index.state.community_summary_payloads()
+    mixed = {cid for cid, s in summaries.items()
+             if LAUNCH_DOC in s["written_from"] and "t:payments.md" in s["written_from"]}
+    assert mixed, "the fixture must put LAUNCH in a community with public documents"
+    question = "checkout-service payments-api ledger-db launch"
+    entitled = index.query(question, mode="global", top_k=10, groups=GROUPS).results
+    assert mixed & {r.chunk_id for r in entitled} and any(SECRET in r.text for r in entitled)
+    for result in index.query(question, mode="global", top_k=10).results:
+        assert result.chunk_id not in mixed
+        assert not leaked(result.text), result.text
+
+
+def test_exploring_the_graph_shows_only_what_readable_documents_say(index):
+    public = explore.list_entities(index, limit=100)["entities"]
+    by_name = {e["name"]: e for e in public}
+    assert not leaked(json.dumps(public))
+    assert by_name["checkout-service"]["description"] == "checkout-service calls payments-api to charge cards."
+    assert by_name["checkout-service"]["documents"] == 1
+    entitled = {e["name"]: e for e in explore.list_entities(index, groups=GROUPS, limit=100)["entities"]}
+    assert SECRET in entitled["checkout-service"]["description"] and SECRET in entitled
+    assert entitled.keys() > by_name.keys() >= {"payments-api", "ledger-db", "team-payments"}
+
+    relationships = explore.list_relationships(index, limit=1000)["relationships"]
+    assert not leaked(json.dumps(relationships))
+    assert {(r["subject"], r["object"]) for r in relationships} >= {("checkout-service", "payments-api")}
+    assert ("checkout-service", "ledger-db") not in {(r["subject"], r["object"]) for r in relationships}
+    # Offsets count what the caller sees: the second page starts where the first ended.
+    first, second = (explore.list_entities(index, offset=o, limit=3, order_by="name")["entities"] for o in (0, 3))
+    six = explore.list_entities(index, limit=6, order_by="name")["entities"]
+    assert [e["id"] for e in first + second] == [e["id"] for e in six] and len(six) == 6
+
+
+def test_the_graph_command_takes_the_callers_groups(built, capsys):
+    index_dir = built[0].index_dir
+    assert cli_main(["graph", "entities", "--index-dir", index_dir, "--limit", "100", "--json"]) == 0
+    assert not leaked(capsys.readouterr().out)
+    assert cli_main(["graph", "relationships", "--index-dir", index_dir, "--limit", "100", "--json"]) == 0
+    assert not leaked(capsys.readouterr().out)
+    assert cli_main(["graph", "entities", "--index-dir", index_dir, "--limit", "100", "--json",
+                     "--group", "payments-oncall"]) == 0
+    assert SECRET in capsys.readouterr().out
+
+
+def test_run_metadata_names_no_restricted_entity_title_document_or_text(built):
+    settings, reports = built
+    workspace = Workspace(settings)
+    try:
+        metadata = [to_result(public_report(report, workspace.state, ["t"]), wall_seconds=0.0).metadata
+                    for report in reports]
+        contents = checks.GraphContents.read(workspace.graph_store)
+        outcomes = [
+            checks.chunk_vectors(workspace.state, workspace.published_vectors),
+            checks.entity_vectors(workspace.state, workspace.published_vectors),
+            checks.community_vectors(workspace.state, workspace.published_vectors),
+            checks.graph_matches_elements(workspace.state, contents),
+            checks.relationships_have_entities(contents),
+            checks.elements_have_provenance(contents),
+            checks.communities_cover_graph(workspace.state, workspace.graph_store),
+            checks.quarantine_share(workspace.state, settings.checks.max_quarantine_share),
+        ]
+    finally:
+        workspace.close()
+    text = json.dumps([{key: str(value.value) for key, value in m.items()} for m in metadata])
+    text += json.dumps([[o.description, {k: str(v) for k, v in o.metadata.items()}] for o in outcomes])
+    assert not leaked(text)
+    by_stage = dict(zip((r.stage for r in reports), metadata))
+    # Public elements and documents are still named: the filter withholds, it does not blank.
+    assert "team-payments" in by_stage["element_summaries"]["sample"].value
+    assert "t:payments.md" in by_stage["raw_documents"]["sample"].value
+    assert "withheld" in by_stage["raw_documents"]["notes"].value

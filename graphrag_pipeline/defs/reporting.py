@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Callable, Sequence
 
@@ -12,6 +13,7 @@ from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.checks import CheckOutcome
 from graphrag_pipeline.lib.llm.accounting import BudgetExceeded
 from graphrag_pipeline.lib.progress import EveryFewSeconds
+from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stages import Stage, StageReport
 from graphrag_pipeline.lib.workspace import Workspace
 
@@ -48,7 +50,45 @@ def run_stage(stage: Stage, context: AssetExecutionContext, graphrag: GraphRAGRe
                 metadata=_usage_metadata(workspace.usage.as_metadata()),
                 allow_retries=False,
             ) from error
+        report = public_report(report, workspace.state, [source.name for source in workspace.settings.sources])
     return to_result(report, wall_seconds=time.perf_counter() - started)
+
+
+def public_report(report: StageReport, state: StateStore, source_names: Sequence[str]) -> StageReport:
+    """The report as run metadata, which every operator of the Dagster instance reads, may show it: sample rows and
+    notes that name a document (by its id, or a chunk of it) only when the index holds that document without access
+    groups. A row or note naming a restricted document, or one the index no longer holds (deleted or quarantined:
+    its groups are unknown), is withheld and counted. Counts stay complete."""
+    restricted = state.restricted_documents()
+    public = set(state.document_hashes()) - restricted.keys()
+    chunk_ids = [row["chunk_id"] for row in report.sample if "chunk_id" in row]
+    document_of = {chunk.chunk_id: chunk.doc_id for chunk in state.chunks(chunk_ids=chunk_ids)} if chunk_ids else {}
+
+    def shown_row(row: dict[str, Any]) -> bool:
+        return (("doc_id" not in row or row["doc_id"] in public)
+                and ("chunk_id" not in row or document_of.get(row["chunk_id"]) in public))
+
+    prefixes = tuple(f"{name}:" for name in source_names)
+    sample = [row for row in report.sample if shown_row(row)]
+    notes = [note for note in report.notes if _names_only_public_documents(note, prefixes, public)]
+    withheld = len(report.sample) - len(sample) + len(report.notes) - len(notes)
+    if withheld:
+        notes.append(f"{withheld} sample rows or notes about restricted, deleted or quarantined documents withheld")
+    return dataclasses.replace(report, sample=sample, notes=notes)
+
+
+def _names_only_public_documents(note: str, prefixes: Sequence[str], public: set[str]) -> bool:
+    """Whether every document id in the note (``<source name>:…`` at a word's start) is one of ``public``: an id
+    ends at the note's end, a space or a colon, so each of those ends is tried."""
+    for prefix in prefixes:
+        start = note.find(prefix)
+        while start != -1:
+            if start == 0 or note[start - 1].isspace():
+                ends = [i for i in range(start + len(prefix), len(note)) if note[i] in ": \t\n"] + [len(note)]
+                if not any(note[start:end] in public for end in ends):
+                    return False
+            start = note.find(prefix, start + 1)
+    return True
 
 
 def run_check(check: Callable[[Workspace], CheckOutcome], graphrag: GraphRAGResource) -> AssetCheckResult:

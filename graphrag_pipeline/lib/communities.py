@@ -26,7 +26,7 @@ TITLE_NAMES = 3  # member names in a community title: enough to recognise the su
 SECOND_TYPE_SHARE = 0.5  # a second type leads the title when it has at least this share of the first's strength
 RELATIONSHIP_KINDS = 3  # (source type, relationship, target type) kinds named at the top of a summary
 # Part of every community's content hash: bump it when the summary rule changes, so stored summaries are redone.
-SUMMARY_RULE_VERSION = 3  # 3: the titles of the documents the members come from
+SUMMARY_RULE_VERSION = 4  # 3: the titles of the documents the members come from; 4: stored with written_from
 
 
 def detect_communities(

@@ -517,7 +517,9 @@ class GlobalRetriever:
                 doc_id=citations[0].doc_id if citations else "",
                 source={"kind": "community", "level": summary["level"], "title": summary["title"]},
                 citations=citations,
-                written_from=frozenset(d for eid in entity_ids if eid in entities for d in entities[eid].doc_ids),
+                # The documents stored with the text (every one it was written from) and its members' current ones.
+                written_from=frozenset(summary.get("written_from", ()))
+                | frozenset(d for eid in entity_ids if eid in entities for d in entities[eid].doc_ids),
                 about=tuple(summary["top_entities"]),
             )
         return passages

@@ -86,10 +86,14 @@ def summarize_communities(ws: Workspace) -> StageReport:
                                                                         sources[community.community_id])
         report.counts["llm_reports"] = sum(r is not None for r in reports)
         report.counts["llm_report_failures"] = sum(r is None for r in reports)
-    upserts = {cid: (hashes[cid], json.dumps(summary.to_dict())) for cid, summary in new_summaries.items()}
+    members = {c.community_id: c.entity_ids for c in communities}
+    # Every document the text was written from, stored with it: the query module shows a summary only to a caller
+    # who may read all of them, and so does this report's sample.
+    written_from = {cid: sorted({d for eid in members[cid] for d in entities[eid].doc_ids}) for cid in new_summaries}
+    upserts = {cid: (hashes[cid], json.dumps({**summary.to_dict(), "written_from": written_from[cid]}))
+               for cid, summary in new_summaries.items()}
     ws.state.replace_community_summaries(upserts, removed)
     summaries = ws.state.community_summary_payloads()
-    members = {c.community_id: c.entity_ids for c in communities}
     wanted = {
         cid: (GLOBAL_SHARD, f"{s['title']}\n{s['summary']}"[:COMMUNITY_EMBEDDING_CHARS],
               {"doc_ids": sorted({d for eid in members.get(cid, ()) for d in entities[eid].doc_ids})[:200],
@@ -99,10 +103,12 @@ def summarize_communities(ws: Workspace) -> StageReport:
     sync_points(ws, COMMUNITIES, wanted, None, report)
     report.counts.update(communities=len(communities), summarized=len(todo), reused=len(communities) - len(todo),
                          removed=len(removed))
+    # Run metadata is for operators, not for the groups: only summaries written from unrestricted documents alone.
+    restricted = ws.state.restricted_documents()
     report.sample = [
-        {"community": cid[:16], "level": json.loads(p)["level"], "title": json.loads(p)["title"][:80]}
-        for cid, (_, p) in list(upserts.items())[:5]
-    ]
+        {"community": cid[:16], "level": new_summaries[cid].level, "title": new_summaries[cid].title[:80]}
+        for cid in upserts if not restricted.keys() & written_from[cid]
+    ][:5]
     return report
 
 
