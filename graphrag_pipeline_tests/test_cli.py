@@ -1,5 +1,5 @@
-"""The `graphrag-pipeline` console script, run as a user runs it: a subprocess reading its settings from
-$GRAPHRAG_CONFIG or --config. Query variants that only differ in flags call `cli.main` in-process, so the
+"""The `graphrag-pipeline` command, run as a user runs it: a subprocess (of this checkout, see `cli_process`) reading
+its settings from $GRAPHRAG_CONFIG or --config. Query variants that only differ in flags call `cli.main` in-process, so the
 embedding model loads once for them instead of once per subprocess."""
 
 import json
@@ -8,7 +8,6 @@ import pty
 import re
 import shutil
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -17,33 +16,18 @@ import yaml
 
 from graphrag_pipeline import cli
 
+from .cli_process import CLI, cli_env, run_cli
 from .conftest import FIXTURES
 
 QUESTION = "Where was the founder of Acme Robotics born?"
-SCRIPT = Path(sys.executable).with_name("graphrag-pipeline")
-CHECKOUT = Path(__file__).resolve().parents[1]
 RESULT_KEYS = {"chunk_id", "text", "doc_id", "source", "entity_path", "vector_score", "graph_score", "combined_score",
                "hops_from_query", "citations", "keyword_score", "identifier_score", "relation_score"}
-
-
-def cli_env(config: Path | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "GRAPHRAG_CONFIG"}
-    if config is not None:
-        env["GRAPHRAG_CONFIG"] = str(config)
-    return env
-
-
-def run_cli(*args: str, cwd: Path, config: Path | None = None) -> subprocess.CompletedProcess:
-    """The installed console script, with $GRAPHRAG_CONFIG set to `config` (or unset) and no ./graphrag.yaml."""
-    return subprocess.run([str(SCRIPT), *args], cwd=cwd, env=cli_env(config), capture_output=True, text=True,
-                          timeout=600)
 
 
 def run_module(*args: str, cwd: Path, stderr_on_a_terminal: bool) -> tuple[int, str, str]:
     """`python -m graphrag_pipeline.cli` from this checkout with stderr captured (not a terminal) or on a
     pseudo-terminal, as a person at a shell has it; returns the exit status, stdout and what stderr received."""
-    command = [sys.executable, "-m", "graphrag_pipeline.cli", *args]
-    env = {**cli_env(), "PYTHONPATH": str(CHECKOUT)}
+    command, env = [*CLI, *args], cli_env()
     if not stderr_on_a_terminal:
         completed = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
         return completed.returncode, completed.stdout, completed.stderr
@@ -246,7 +230,7 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(config, tmp_path):
     reader, writer = os.pipe()
     os.close(reader)
     try:
-        completed = subprocess.run([str(SCRIPT), "graph", "entities", "--limit", "500"], cwd=tmp_path, env=env,
+        completed = subprocess.run([*CLI, "graph", "entities", "--limit", "500"], cwd=tmp_path, env=env,
                                    stdout=writer, stderr=subprocess.PIPE, text=True, timeout=600)
     finally:
         os.close(writer)
@@ -266,6 +250,19 @@ def test_index_dir_flag_overrides_the_configured_index(multihop_settings, tmp_pa
 
 
 # --- errors ----------------------------------------------------------------------------------------------------------
+
+def test_cli_subprocesses_run_the_checkout_under_test(tmp_path, monkeypatch):
+    # Another checkout of the package, importable first: what the venv's console script would run had the venv been
+    # installed from there.
+    other = tmp_path / "other-checkout" / "graphrag_pipeline"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("")
+    (other / "cli.py").write_text("import sys\nprint('the other checkout')\nsys.exit(3)\n")
+    monkeypatch.setenv("PYTHONPATH", str(other.parent))
+    completed = run_cli("--help", cwd=tmp_path)
+    assert completed.returncode == 0, completed.stdout
+    assert completed.stdout.startswith("usage: graphrag-pipeline")
+
 
 def test_a_missing_index_exits_2_and_says_so(tmp_path):
     missing = tmp_path / "nothing-here"

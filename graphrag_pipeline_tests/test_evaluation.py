@@ -1,8 +1,5 @@
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,9 +12,9 @@ from graphrag_pipeline.evaluation import (
     source_name_for,
 )
 
+from .cli_process import run_cli
 from .conftest import FIXTURES
 
-SCRIPT = Path(sys.executable).with_name("graphrag-pipeline")
 QUESTIONS = [
     {"id": "q1", "question": "Who is the current editor of the Journal of Mathematical Physics?",
      "gold_ids": ["musique-0000"], "type": "1hop"},
@@ -32,11 +29,6 @@ MODE_METRICS = {"recall@2", "recall@5", "recall@10", "all_gold@5", "mrr", "laten
 def write_questions(set_dir: Path, lines: list[str]) -> None:
     set_dir.mkdir(parents=True, exist_ok=True)
     (set_dir / "questions.jsonl").write_text("\n".join(lines) + "\n")
-
-
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "GRAPHRAG_CONFIG"}
-    return subprocess.run([str(SCRIPT), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 
 # --- metrics ---------------------------------------------------------------------------------------------------------
