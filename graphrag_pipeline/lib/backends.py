@@ -81,6 +81,16 @@ def open_vector_store(settings: PipelineSettings, *, reader: bool = False) -> Ve
     return EdgeVectorReader(vectors_path(settings)) if reader else EdgeVectorStore(vectors_path(settings))
 
 
+def published_vector_version(settings: PipelineSettings) -> str | None:
+    """The vector version a reader opened now would see: the embedded store's current published version, None before
+    its first publish and always None for a Qdrant server (writers and readers share its one view)."""
+    if settings.backends.vector == "qdrant":
+        return None
+    from graphrag_pipeline.lib.stores.edge_vectors import published_version
+
+    return published_version(vectors_path(settings))
+
+
 def store_kinds(settings: PipelineSettings) -> dict[str, str]:
     """What each store is, by the names Dagster shows as asset kinds."""
     return {"graph": "neo4j" if settings.backends.graph == "neo4j" else "sqlite", "vectors": "qdrant",

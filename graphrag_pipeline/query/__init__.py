@@ -7,7 +7,8 @@
             print(result.combined_score, result.source["title"], result.entity_path)
 
 Importing this package loads no model and no Dagster; the embedder loads on the first question. One open index is
-thread-safe: share it between the threads that answer questions.
+thread-safe: share it between the threads that answer questions. It answers each question from the newest version
+the pipeline has published when the question starts (``query.versions``), so it can stay open across rebuilds.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from graphrag_pipeline.lib.config import PipelineSettings, load_settings
+from graphrag_pipeline.lib.stores.protocols import Embedder
 from graphrag_pipeline.query.engine import QueryEngine
 from graphrag_pipeline.query.models import (
     MODES,
@@ -28,10 +30,7 @@ from graphrag_pipeline.query.models import (
     QueryResult,
 )
 from graphrag_pipeline.query.retrievers import RETRIEVERS, Retrieval, Retriever
-
-
-class IndexNotFoundError(FileNotFoundError):
-    pass
+from graphrag_pipeline.query.versions import IndexNotFoundError, IndexNotPublishedError, OpenIndex
 
 
 def open_index(
@@ -39,26 +38,52 @@ def open_index(
     *,
     index_dir: str | Path | None = None,
     settings: PipelineSettings | None = None,
-) -> QueryEngine:
-    """Open the index the pipeline built (read-only; safe while the pipeline keeps writing a newer version)."""
+    embedder: Embedder | None = None,
+) -> OpenIndex:
+    """Open the index the pipeline built (read-only; safe while the pipeline keeps writing a newer version).
+
+    Raises ``IndexNotFoundError`` when there is no index, and ``IndexNotPublishedError`` (a subclass) when its first
+    build has not published it yet. ``embedder``: one already loaded (it must be the one the index was built with);
+    by default the configured one, loaded on the first question."""
     if settings is None:
         overrides = {"index_dir": str(index_dir)} if index_dir is not None else {}
         settings = load_settings(config_path, **overrides)
     elif index_dir is not None:
         settings = settings.with_overrides(index_dir=str(index_dir))
-    from graphrag_pipeline.lib.backends import open_graph_store, open_state, open_vector_store, state_path
+    from graphrag_pipeline.lib.backends import (
+        open_graph_store,
+        open_state,
+        open_vector_store,
+        published_vector_version,
+        state_path,
+    )
     from graphrag_pipeline.lib.embedders import configured_embedder
 
     if not state_path(settings).is_file():
         raise IndexNotFoundError(f"no index at {Path(settings.index_dir).resolve()}: materialize the pipeline's "
                                  f"assets first")
-    return QueryEngine(
-        settings,
-        state=open_state(settings, read_only=True),
-        graph_store=open_graph_store(settings, read_only=True),
-        vector_store=open_vector_store(settings, reader=True),
-        embedder=configured_embedder(settings, query=True),
-    )
+    state = open_state(settings, read_only=True)
+    try:
+        graph_store = open_graph_store(settings, read_only=True)
+    except FileNotFoundError as error:  # the first build has not reached the graph stage
+        state.close()
+        raise IndexNotPublishedError(settings.index_dir, str(error)) from error
+    except BaseException:
+        state.close()
+        raise
+    try:
+        return OpenIndex(
+            settings,
+            state=state,
+            graph_store=graph_store,
+            embedder=embedder if embedder is not None else configured_embedder(settings, query=True),
+            open_vectors=lambda: open_vector_store(settings, reader=True),
+            published_version=lambda: published_vector_version(settings),
+        )
+    except BaseException:
+        graph_store.close()
+        state.close()
+        raise
 
 
 __all__ = [
@@ -68,8 +93,10 @@ __all__ = [
     "Fact",
     "Fusion",
     "IndexNotFoundError",
+    "IndexNotPublishedError",
     "LinkedEntity",
     "Mode",
+    "OpenIndex",
     "QueryEngine",
     "QueryParameters",
     "QueryResponse",

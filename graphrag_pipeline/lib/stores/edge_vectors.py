@@ -214,6 +214,12 @@ def _read_current(published: Path) -> str | None:
     return version
 
 
+def published_version(root: str | Path) -> str | None:
+    """The version a reader opened now would copy (None before the first publish): one small read, so a long-lived
+    reader can ask before each question whether a newer version is out."""
+    return _read_current(Path(root) / "published")
+
+
 def _published_versions(published: Path) -> list[str]:
     names = [entry.name for entry in published.iterdir() if entry.is_dir() and _VERSION_NAME.match(entry.name)]
     return sorted(names, key=lambda name: int(name[1:]))
