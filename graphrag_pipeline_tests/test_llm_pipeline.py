@@ -22,7 +22,6 @@ from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.query import open_index
 from graphrag_pipeline_tests.llm.fake_llm_server import (
     OLLAMA_CHAT,
-    OLLAMA_EMBED,
     FakeLLMServer,
     Reply,
     prompt_of,
@@ -218,6 +217,22 @@ def test_a_budget_cap_stops_the_run_cleanly_before_it_overspends(tmp_path, serve
             "SELECT spent_usd FROM run_spend WHERE run_id = ?", (result.run_id,)
         ).fetchall()
     assert run_spent == pytest.approx(spent["llm_cost_usd"].value, abs=1e-6) and run_spent <= budget
+
+
+def test_a_model_server_that_answers_no_chunk_fails_the_run_instead_of_building_an_empty_graph(tmp_path):
+    server = FakeLLMServer().start()
+    try:
+        # Every chat call of every chunk (4 attempts each) fails with 503; the embedder answers as usual.
+        server.script(OLLAMA_CHAT, *[Reply(status=503, body='{"error": "model not loaded"}')] * 5 * len(DOCUMENTS))
+        result = materialize(write_project(tmp_path, server), expect_success=False)
+    finally:
+        server.stop()
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert failure.step_key == "extracted_elements"
+    message = failure.step_failure_data.error.to_string()  # with its cause, the stage's exception
+    assert f"answered none of the {len(DOCUMENTS)} chunks" in message and "HTTP 503" in message
+    assert result.is_node_success("embeddings")  # what came before is kept
+    assert not (tmp_path / "index" / "graph.sqlite").exists()  # no empty graph published as a success
 
 
 def test_hybrid_keeps_spotter_entities_while_the_model_is_down_and_adds_the_models_once_it_is_back(tmp_path):

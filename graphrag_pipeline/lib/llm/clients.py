@@ -68,6 +68,11 @@ class LLMError(RuntimeError):
     """A model call that failed for good: retries exhausted, a request the server rejects, or an unusable reply."""
 
 
+class LLMUnavailable(LLMError):
+    """The server could not be reached or kept failing (connection errors, timeouts, 5xx) through every retry, or the
+    circuit breaker is open because earlier calls did: nothing about the request itself was wrong."""
+
+
 class LLMRequestRejected(LLMError):
     """The server refused the request itself (a 4xx other than 429): sending it again unchanged cannot help."""
 
@@ -187,10 +192,11 @@ class JsonHttp:
             raise LLMError(f"POST {self.base_url}{path} failed: {type(error).__name__}: {error}") from error
         response = attempts.response
         if response is None:
+            message = f"POST {self.base_url}{path} failed after {self._retry.attempts} attempts: {attempts.last_error}"
             if attempts.server_failing:
                 self._server_unavailable(attempts.last_error)
-            raise LLMError(f"POST {self.base_url}{path} failed after {self._retry.attempts} attempts: "
-                           f"{attempts.last_error}")
+                raise LLMUnavailable(message)
+            raise LLMError(message)  # rate-limited to the end: the server is there
         self._server_answered()
         if response.is_success:
             return _json_body(response, path)
@@ -207,7 +213,7 @@ class JsonHttp:
                 return
             now = _clock()
             if now < self._circuit_open_until:
-                raise LLMError(
+                raise LLMUnavailable(
                     f"POST {self.base_url}{path} not attempted: server unavailable "
                     f"({self._consecutive_unavailable} consecutive calls failed after all retries, last: "
                     f"{self._last_unavailable_error}); next try in {self._circuit_open_until - now:.0f}s"

@@ -13,10 +13,12 @@ Mapping onto the ontology:
   relation's endpoints are mentions of the chunk (chunk-to-entity links and provenance stay complete);
 - self-relations and nameless entities are dropped.
 
-Failure never stops the run: a chunk whose answer is still unusable after the repair, or whose call fails after
+Failure does not stop the run: a chunk whose answer is still unusable after the repair, or whose call fails after
 all retries, becomes a ``Quarantined`` record (chunk id, reason, raw output) and yields no extraction, and the other
 chunks go on. A gleaning answer that stays unusable is dropped and the chunk keeps what it already has. Only
-``BudgetExceeded`` propagates, so the caller can stop the run cleanly.
+``BudgetExceeded`` propagates, so the caller can stop the run cleanly. The exception is a server that answers no
+chunk at all: ``fail_if_model_unreachable`` turns that into ``ModelUnreachable``, so a run whose only extractor is
+the model fails instead of succeeding with an empty graph.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graphrag_pipeline.lib.config import Ontology
 from graphrag_pipeline.lib.ids import content_hash, normalize_name
-from graphrag_pipeline.lib.llm.clients import LLMError
+from graphrag_pipeline.lib.llm.clients import LLMError, LLMUnavailable
 from graphrag_pipeline.lib.llm.prompts import PromptTemplate, packaged_template
 from graphrag_pipeline.lib.llm.runner import LLMRunner
 from graphrag_pipeline.lib.llm.structured import complete_structured
@@ -40,6 +42,7 @@ from graphrag_pipeline.lib.models import Chunk, ChunkExtraction, EntityMention, 
 log = logging.getLogger(__name__)
 
 STAGE = "extraction"
+UNREACHABLE = "model server unreachable"  # how a quarantine reason starts when the server, not the chunk, failed
 SPOTTER = "llm"
 SCHEMA_NAME = "knowledge_graph"
 MAX_STRENGTH = 10.0  # the prompt asks for strength 1-10; mention weights are strength / 10
@@ -179,8 +182,10 @@ class LLMExtractor:
                     break
                 if not graph.add(glean.value):
                     break  # nothing new: a further pass would only repeat this one
-        except LLMError as error:
+        except LLMUnavailable as error:
             # Quarantined chunks are not stored as extracted, so a later run tries them again.
+            return self._quarantine(chunk, f"{UNREACHABLE}: {error}", "")
+        except LLMError as error:
             return self._quarantine(chunk, f"model call failed: {error}", "")
         return graph.extraction()
 
@@ -188,6 +193,23 @@ class LLMExtractor:
         self.runner.usage.record_failure()
         log.warning("chunk %s quarantined: %s", chunk.chunk_id, reason)
         return Quarantined(stage=STAGE, item_id=chunk.chunk_id, reason=reason, raw=raw)
+
+
+class ModelUnreachable(LLMError):
+    """The model server answered none of the chunks: a run that goes on would only write an empty graph."""
+
+
+def fail_if_model_unreachable(chunks: Sequence[Chunk], quarantined: Sequence[Quarantined]) -> None:
+    """Raise ``ModelUnreachable`` when every one of ``chunks`` was quarantined because the server could not be
+    reached (refused connections, timeouts, 5xx through every retry). The caller asks only while nothing has been
+    extracted yet in its run: a server that goes away midway leaves quarantined chunks for the next run instead."""
+    unreachable = [q for q in quarantined if q.reason.startswith(UNREACHABLE)]
+    if chunks and len(unreachable) == len(chunks):
+        raise ModelUnreachable(
+            f"the model server answered none of the {len(chunks)} chunks sent to it ({unreachable[-1].reason}); "
+            f"nothing was extracted. Start the server or correct llm.base_url (or $OLLAMA_BASE_URL / "
+            f"$OPENAI_BASE_URL), then run again"
+        )
 
 
 def _type_list(types) -> str:

@@ -48,6 +48,10 @@ def extract_elements(ws: Workspace, shards: Iterable[int]) -> StageReport:
 def extract_and_store(ws: Workspace, chunks: Sequence[Chunk], report: StageReport) -> list[ChunkExtraction]:
     """Extract chunks under the current extractor key, clearing their earlier failures and quarantining new ones."""
     results, quarantined = ws.extract(chunks)
+    if ws.settings.extraction.extractor == "llm" and not report.counts.get("extracted"):
+        from graphrag_pipeline.lib.llm.extraction import fail_if_model_unreachable
+
+        fail_if_model_unreachable(chunks, quarantined)  # an empty graph would look like success
     ws.state.store_extractions(ws.extractor_key, results)
     report.counts["extracted"] = report.counts.get("extracted", 0) + len(results)
     ws.state.clear_quarantine("extraction", [e.chunk_id for e in results])  # an earlier failure now read
