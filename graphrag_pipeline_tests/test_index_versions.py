@@ -134,3 +134,33 @@ def test_an_index_whose_first_build_has_not_published_is_refused_with_a_clear_er
     error = capsys.readouterr().err
     assert error.startswith("graphrag-pipeline: the index at ") and "`graphrag-pipeline build`" in error
     assert "Traceback" not in error
+
+
+@pytest.mark.slow  # three rebuilds while four threads ask
+def test_questions_from_many_threads_during_rebuilds_never_fail_and_end_on_the_last_version(settings):
+    build(settings)
+    stop, failures, answered = threading.Event(), [], []
+
+    def ask(index) -> None:
+        while not stop.is_set():
+            try:
+                index.query(QUESTION, top_k=3)
+                answered.append(index.version)
+            except Exception as error:  # noqa: BLE001 (every failure is the finding)
+                failures.append(repr(error))
+
+    with open_index(settings=settings, embedder=HashedEmbedder(VOCABULARY)) as index:
+        with ThreadPoolExecutor(4) as pool:
+            askers = [pool.submit(ask, index) for _ in range(4)]
+            for files in (AFTER, BEFORE, AFTER):
+                write_corpus(Path(settings.sources[0].path), files)
+                build(settings)
+            stop.set()
+            for asker in askers:
+                asker.result()
+        last = answer(index)
+        versions_seen = set(answered)
+    with open_index(settings=settings, embedder=HashedEmbedder(VOCABULARY)) as fresh:
+        assert last == answer(fresh)
+    assert failures == []
+    assert len(versions_seen) > 1  # the askers moved through the rebuilds' versions
