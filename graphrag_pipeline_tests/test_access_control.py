@@ -13,15 +13,24 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
+from dagster import build_asset_context
 
 from graphrag_pipeline.cli import main as cli_main
-from graphrag_pipeline.defs.reporting import public_report, to_result
-from graphrag_pipeline.lib import checks
-from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.defs.chunking.assets import chunks
+from graphrag_pipeline.defs.communities.assets import communities, community_summaries
+from graphrag_pipeline.defs.communities.checks import communities_cover_the_graph, every_summary_has_a_published_vector
+from graphrag_pipeline.defs.embedding.assets import embeddings
+from graphrag_pipeline.defs.embedding.checks import every_chunk_has_a_published_vector
+from graphrag_pipeline.defs.extraction.assets import extracted_elements
+from graphrag_pipeline.defs.extraction.checks import quarantine_below_threshold
+from graphrag_pipeline.defs.graph.assets import graph
+from graphrag_pipeline.defs.graph.checks import every_entity_has_a_published_vector, graph_integrity
+from graphrag_pipeline.defs.ingest.assets import raw_documents
+from graphrag_pipeline.defs.resources import GraphRAGResource
+from graphrag_pipeline.defs.summaries.assets import element_summaries
 from graphrag_pipeline.query import explore, open_index
 from graphrag_pipeline.query.access import ReaderAccess
-
-from .conftest import build, folder_settings
 
 pytestmark = pytest.mark.slow
 
@@ -52,9 +61,15 @@ LAUNCH_DOC = "t:launch.md"
 GROUPS = ["payments-oncall"]
 
 
+SHARDS = 4
+PER_DOCUMENT_ASSETS = (raw_documents, chunks, embeddings, extracted_elements)
+CORPUS_WIDE_ASSETS = (element_summaries, graph, communities, community_summaries)
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """The index's settings and the reports its build returned."""
+    """The index's settings and each asset's materialization metadata, built by invoking the Dagster assets (so
+    through the metadata path a Dagster run takes), shard by shard."""
     root = tmp_path_factory.mktemp("access")
     corpus = root / "corpus"
     corpus.mkdir()
@@ -62,13 +77,25 @@ def built(tmp_path_factory):
     (corpus / "launch.md").write_text(LAUNCH)
     for name, text in PUBLIC.items():
         (corpus / name).write_text(text)
-    settings = folder_settings(root / "index", corpus, communities={"min_size": 2})
-    return settings, build(settings)
+    config = root / "graphrag.yaml"
+    config.write_text(yaml.safe_dump({
+        "index_dir": str(root / "index"), "shard_count": SHARDS, "communities": {"min_size": 2},
+        "sources": [{"name": "t", "kind": "folder", "path": str(corpus)}],
+    }))
+    resource = GraphRAGResource(config_path=str(config))
+    metadata: dict[str, list[dict]] = {}
+    for asset in PER_DOCUMENT_ASSETS:
+        for shard in range(SHARDS):
+            result = asset(build_asset_context(partition_key=f"shard-{shard:03d}"), graphrag=resource)
+            metadata.setdefault(asset.key.to_user_string(), []).append(result.metadata)
+    for asset in CORPUS_WIDE_ASSETS:
+        metadata[asset.key.to_user_string()] = [asset(build_asset_context(), graphrag=resource).metadata]
+    return resource, metadata
 
 
 @pytest.fixture(scope="module")
 def index(built):
-    with open_index(settings=built[0]) as engine:
+    with open_index(settings=built[0].settings()) as engine:
         yield engine
 
 
@@ -201,7 +228,7 @@ def test_exploring_the_graph_shows_only_what_readable_documents_say(index):
 
 
 def test_the_graph_command_takes_the_callers_groups(built, capsys):
-    index_dir = built[0].index_dir
+    index_dir = built[0].settings().index_dir
     assert cli_main(["graph", "entities", "--index-dir", index_dir, "--limit", "100", "--json"]) == 0
     assert not leaked(capsys.readouterr().out)
     assert cli_main(["graph", "relationships", "--index-dir", index_dir, "--limit", "100", "--json"]) == 0
@@ -211,30 +238,21 @@ def test_the_graph_command_takes_the_callers_groups(built, capsys):
     assert SECRET in capsys.readouterr().out
 
 
+def _shown(metadata: dict) -> str:
+    return json.dumps({key: str(value.value) for key, value in metadata.items()})
+
+
 def test_run_metadata_names_no_restricted_entity_title_document_or_text(built):
-    settings, reports = built
-    workspace = Workspace(settings)
-    try:
-        metadata = [to_result(public_report(report, workspace.state, ["t"]), wall_seconds=0.0).metadata
-                    for report in reports]
-        contents = checks.GraphContents.read(workspace.graph_store)
-        outcomes = [
-            checks.chunk_vectors(workspace.state, workspace.published_vectors),
-            checks.entity_vectors(workspace.state, workspace.published_vectors),
-            checks.community_vectors(workspace.state, workspace.published_vectors),
-            checks.graph_matches_elements(workspace.state, contents),
-            checks.relationships_have_entities(contents),
-            checks.elements_have_provenance(contents),
-            checks.communities_cover_graph(workspace.state, workspace.graph_store),
-            checks.quarantine_share(workspace.state, settings.checks.max_quarantine_share),
-        ]
-    finally:
-        workspace.close()
-    text = json.dumps([{key: str(value.value) for key, value in m.items()} for m in metadata])
-    text += json.dumps([[o.description, {k: str(v) for k, v in o.metadata.items()}] for o in outcomes])
-    assert not leaked(text)
-    by_stage = dict(zip((r.stage for r in reports), metadata))
-    # Public elements and documents are still named: the filter withholds, it does not blank.
-    assert "team-payments" in by_stage["element_summaries"]["sample"].value
-    assert "t:payments.md" in by_stage["raw_documents"]["sample"].value
-    assert "withheld" in by_stage["raw_documents"]["notes"].value
+    resource, metadata = built
+    materialized = {asset: "\n".join(_shown(m) for m in runs) for asset, runs in metadata.items()}
+    for asset, text in materialized.items():
+        assert not leaked(text), asset
+    checks = [*graph_integrity(graphrag=resource)] + [
+        check(graphrag=resource) for check in (every_chunk_has_a_published_vector, quarantine_below_threshold,
+                                               every_entity_has_a_published_vector, communities_cover_the_graph,
+                                               every_summary_has_a_published_vector)]
+    for result in checks:
+        assert result.passed and not leaked(f"{result.description} {_shown(result.metadata)}"), result
+    # Public elements, titles and documents are still named: the filter withholds, it does not blank.
+    assert "team-payments" in materialized["element_summaries"]
+    assert "t:payments.md" in materialized["raw_documents"] and "withheld" in materialized["raw_documents"]
