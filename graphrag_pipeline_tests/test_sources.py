@@ -68,21 +68,21 @@ def test_markdown_title_falls_back_to_first_h1_outside_code_then_to_stem(tmp_pat
     assert documents["docs:c.txt"].text == "# looks like markdown but this is text\n"
 
 
-def test_invalid_front_matter_keeps_the_document_and_quarantines_a_warning(tmp_path: Path) -> None:
-    raw = "---\ntitle: [unclosed\n---\n# Still Indexed\n\ntext\n"
-    write(tmp_path / "broken.md", raw)
+def test_invalid_front_matter_quarantines_the_document_and_withdraws_it(tmp_path: Path) -> None:
+    # The block may say who can read the file, so nothing of the file is indexed until it is fixed.
+    write(tmp_path / "broken.md", "---\ntitle: [unclosed\n---\n# Still Indexed\n\ntext\n")
     write(tmp_path / "list.md", "---\n- just\n- a list\n---\nbody\n")
+    write(tmp_path / "fine.md", "---\ntitle: Fine\n---\nbody\n")
 
     scan = read_folder(folder(tmp_path))
 
-    documents = by_id(scan)
-    assert documents["docs:broken.md"].text == raw  # nothing lost: the block stays in the indexed text
-    assert documents["docs:broken.md"].title == "Still Indexed"
-    assert documents["docs:list.md"].text.startswith("---\n- just")
+    assert set(by_id(scan)) == {"docs:fine.md"}
     reasons = {record.item_id: record.reason for record in scan.quarantined}
-    assert "invalid YAML front matter" in reasons["docs:broken.md"]
-    assert "not a mapping" in reasons["docs:list.md"]
+    assert "invalid YAML front matter, not indexed" in reasons["docs:broken.md"]
+    assert "not a mapping; not indexed" in reasons["docs:list.md"]
     assert all(record.stage == "sources" for record in scan.quarantined)
+    assert scan.withdrawn == {"docs:broken.md", "docs:list.md"}
+    assert set(scan.hashes) == {"docs:broken.md", "docs:list.md", "docs:fine.md"}  # a fix is seen as a change
 
 
 def test_html_is_reduced_to_text_with_markdown_headings_and_no_scripts(tmp_path: Path) -> None:

@@ -279,6 +279,9 @@ class BaseSource(StrictModel):
     # directory walk, a Confluence scan costs API calls; 0: on every sensor tick). Sources of one kind are looked at
     # together, at the shortest of their intervals.
     poll_interval_seconds: int | None = Field(None, ge=0)
+    # Larger documents are quarantined, not indexed (a folder's files are not even read); 10 MB is far beyond a
+    # runbook or a wiki page, and ``chunking.max_chunks_per_document`` usually stops a large one first.
+    max_document_bytes: int = Field(10_000_000, ge=1)
 
     @field_validator("name")
     @classmethod
@@ -287,11 +290,21 @@ class BaseSource(StrictModel):
             raise ValueError("source name may only contain letters, digits, '_', '.', '-'")
         return value
 
+    @model_validator(mode="after")
+    def _group_names(self) -> "BaseSource":
+        # Callers name their groups exactly; a blank or padded name here would be a group nobody is ever in.
+        if any(not group.strip() or group != group.strip() for group in self.access_groups):
+            raise ValueError(f"source {self.name!r}: access_groups may not contain empty names or surrounding spaces")
+        return self
+
 
 class PathSource(BaseSource):
     """A source read from the local file system."""
 
     path: str = ""  # required: checked below rather than by pydantic so that the message names the source
+    # Symbolic links are never followed out of ``path``. With this set, links whose target lies inside ``path`` are
+    # read as if they were where the link is; without it every link is skipped. Skipped links are quarantined.
+    follow_symlinks: bool = False
 
     @model_validator(mode="after")
     def _path_given(self) -> "PathSource":
@@ -349,8 +362,6 @@ class ConfluenceSource(BaseSource):
             raise ValueError(f"source {self.name!r}: duplicate space keys in {list(self.spaces)}")
         if not self.token_env.strip() or (self.user_env is not None and not self.user_env.strip()):
             raise ValueError(f"source {self.name!r}: token_env and user_env must name environment variables")
-        if any(not group.strip() for group in self.access_groups):
-            raise ValueError(f"source {self.name!r}: access_groups may not contain empty names")
         return self
 
 

@@ -1,10 +1,11 @@
 """Structured catalogs: a service-catalog YAML and Backstage ``catalog-info.yaml`` entities as typed nodes and edges.
 
-A ``catalog`` source (``path``: one file, or a folder searched for ``*.yaml`` / ``*.yml``, hidden entries skipped)
-holds either format; a file may mix Backstage documents (``---`` separated). Every catalog entity becomes one
-``Document``: ``doc_id = "<source>:<kind>:<namespace>/<name>"``, title = the entity's name (so it is the subject of
-its own page and the query engine's title-subject bonus applies), text = plain generated sentences ("cart is owned
-by team-cart.", "cart depends on valkey-cart."), and ``metadata["catalog"] = True``. Next to the text, each document
+A ``catalog`` source (``path``: one file, or a folder searched for ``*.yaml`` / ``*.yml``, hidden entries skipped,
+symbolic links out of it refused and quarantined, files over ``max_document_bytes`` quarantined) holds either
+format; a file may mix Backstage documents (``---`` separated). Every catalog entity becomes one ``Document``:
+``doc_id = "<source>:<kind>:<namespace>/<name>"``, title = the entity's name (so it is the subject of its own page
+and the query engine's title-subject bonus applies), text = plain generated sentences ("cart is owned by
+team-cart.", "cart depends on valkey-cart."), and ``metadata["catalog"] = True``. Next to the text, each document
 carries an exact extraction record (``SourceScan.extractions``): the entity names, ``[subject, predicate, object]``
 triples (the ``precomputed`` extractor's format, so ``lib.extraction.precomputed_extractions`` reads it too) and,
 under ``"catalog"``, the ontology type of every name and of every triple. ``extract_with_catalogs`` turns those into
@@ -63,7 +64,6 @@ manifest, a compose file) is skipped in a folder and quarantined when the source
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -75,6 +75,7 @@ import yaml
 from graphrag_pipeline.lib.config import CatalogSource, Ontology
 from graphrag_pipeline.lib.ids import content_hash, normalize_name
 from graphrag_pipeline.lib.models import Chunk, ChunkExtraction, Document, EntityMention, Quarantined, RelationMention
+from graphrag_pipeline.lib.sources.paths import FolderListing, SourceFile, list_folder, read_file
 from graphrag_pipeline.lib.sources.reader import (
     RAW_EXCERPT,
     STAGE,
@@ -616,21 +617,33 @@ class CatalogReader:
 
 def read_catalog(source: CatalogSource) -> SourceScan:
     """Documents, quarantined entries, content hashes and exact extraction records of a catalog source."""
-    root, files = _catalog_files(source)
+    root, listing = _catalog_files(source)
     entries: dict[str, CatalogEntry] = {}
     quarantined: list[Quarantined] = []
     hashes: dict[str, str] = {}
     broken: set[str] = set()  # node names of entries that could not be read this time
     strict = root.is_file()
-    for path in files:
+    for refused in listing.refused:
+        # Entries of a file that may not be read are not kept either: they vanish, and so does what they indexed.
+        item = f"{source.name}:{refused.path.relative_to(root).as_posix()}"
+        hashes[item] = refused.marker
+        quarantined.append(Quarantined(STAGE, item, refused.reason))
+    for file in listing.files:
+        path = file.path
         relative = path.name if strict else path.relative_to(root).as_posix()
         file_item = f"{source.name}:{relative}"
         try:
-            data = path.read_bytes()
+            content = read_file(file, source.max_document_bytes)
         except OSError as error:
             hashes[file_item] = unreadable_marker(error)
             quarantined.append(Quarantined(STAGE, file_item, f"cannot read {path}: {error}"))
             continue
+        if content.data is None:
+            hashes[file_item] = content.digest
+            quarantined.append(Quarantined(STAGE, file_item, f"over max_document_bytes: {content.size} bytes, more "
+                                           f"than the source's limit ({source.max_document_bytes}); not read"))
+            continue
+        data = content.data
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as error:
@@ -714,18 +727,17 @@ def _doc_id(source: CatalogSource, ref: EntityRef) -> str:
     return f"{source.name}:{ref.kind}:{ref.namespace}/{ref.name}"
 
 
-def _catalog_files(source: CatalogSource) -> tuple[Path, list[Path]]:
+def _catalog_files(source: CatalogSource) -> tuple[Path, FolderListing]:
+    """The configured file (named by the user, so read even through a link), or the catalog files inside the
+    configured folder (links out of it refused: ``lib.sources.paths``)."""
     root = Path(source.path)
     if root.is_file():
-        return root, [root]
+        return root, FolderListing((SourceFile(root, root.resolve()),), ())
     if not root.is_dir():
         raise FileNotFoundError(f"source {source.name!r}: catalog {root} does not exist")
-    found: list[Path] = []
-    for directory, dirnames, filenames in os.walk(root):
-        dirnames[:] = [name for name in dirnames if not name.startswith(".")]
-        found += [Path(directory, name) for name in filenames
-                  if not name.startswith(".") and Path(name).suffix.lower() in CATALOG_SUFFIXES]
-    return root, sorted(found, key=lambda path: path.relative_to(root).as_posix())
+    listing = list_folder(root, lambda name: Path(name).suffix.lower() in CATALOG_SUFFIXES,
+                          follow_symlinks=source.follow_symlinks)
+    return root, listing
 
 
 def _referenced_entries(entries: Iterable[CatalogEntry]) -> list[CatalogEntry]:

@@ -2,7 +2,8 @@
 precomputed entities and triples per passage (the format is in DEVELOPERS.md).
 
 A document's id is the source name plus the passage id. A malformed JSON line becomes a ``Quarantined`` record with
-the reason, and the read goes on.
+the reason, and the read goes on. Either file may not be a symbolic link out of the folder (``lib.sources.paths``):
+such a ``corpus.jsonl`` is quarantined and the set holds no passages.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from graphrag_pipeline.lib.config import EvalSetSource
 from graphrag_pipeline.lib.ids import content_hash
 from graphrag_pipeline.lib.models import Document, Quarantined
+from graphrag_pipeline.lib.sources.paths import check_inside
 from graphrag_pipeline.lib.sources.reader import RAW_EXCERPT, STAGE, ReadContext, SourceScan
 
 CORPUS_FILE = "corpus.jsonl"
@@ -40,9 +42,14 @@ def read_eval_set(source: EvalSetSource) -> SourceScan:
     """
     root = Path(source.path)
     corpus_path = root / CORPUS_FILE
+    if refused := check_inside(root, corpus_path, follow_symlinks=source.follow_symlinks):
+        item = f"{source.name}:{CORPUS_FILE}"
+        return SourceScan(documents=(), quarantined=(Quarantined(STAGE, item, refused.reason),),
+                          hashes={item: refused.marker})
     if not corpus_path.is_file():
         raise FileNotFoundError(f"source {source.name!r}: {corpus_path} does not exist")
     quarantined: list[Quarantined] = []
+    hashes: dict[str, str] = {}
     passages: dict[str, tuple[str, str, str]] = {}  # doc_id -> (source id, title, text)
     first_line: dict[str, int] = {}
     for line_no, record in _jsonl_records(source, corpus_path, quarantined):
@@ -59,7 +66,11 @@ def read_eval_set(source: EvalSetSource) -> SourceScan:
 
     extractions: dict[str, dict[str, Any]] = {}
     extraction_path = root / EXTRACTION_FILE
-    if extraction_path.is_file():
+    if refused := check_inside(root, extraction_path, follow_symlinks=source.follow_symlinks):
+        item = f"{source.name}:{EXTRACTION_FILE}"
+        quarantined.append(Quarantined(STAGE, item, refused.reason))
+        hashes[item] = refused.marker
+    elif extraction_path.is_file():
         for line_no, record in _jsonl_records(source, extraction_path, quarantined):
             problem = _extraction_record_problem(record)
             if problem is None:
@@ -95,7 +106,7 @@ def read_eval_set(source: EvalSetSource) -> SourceScan:
     return SourceScan(
         documents=tuple(documents),
         quarantined=tuple(quarantined),
-        hashes={document.doc_id: document.content_hash for document in documents},
+        hashes={**hashes, **{document.doc_id: document.content_hash for document in documents}},
         extractions=extractions,
     )
 

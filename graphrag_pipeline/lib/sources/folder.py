@@ -3,8 +3,16 @@
 Markdown (``.md``, ``.markdown``) has its YAML front matter moved into ``metadata`` (the reader's own keys ``path``,
 ``extension`` and ``modified`` take precedence); HTML (``.html``, ``.htm``) is reduced to text with headings kept as
 ``#`` lines (``lib.sources.html_text``); every other configured extension is read as plain text. Files must be UTF-8
-(a BOM is fine). A file that is not UTF-8 or a front matter block that is not valid YAML becomes a ``Quarantined``
-record with the reason, and the read goes on.
+(a BOM is fine). A file that is not UTF-8 becomes a ``Quarantined`` record with the reason, and the read goes on.
+
+What is read: only files inside the folder (``lib.sources.paths``: a symbolic link out of it is refused and
+quarantined, one inside it is followed only with ``follow_symlinks``), and only files of at most the source's
+``max_document_bytes``.
+
+Access fails closed: a file's front matter may narrow its folder's ``access_groups``, never widen them
+(``file_access_groups``). A front matter block that is not a valid YAML mapping, or an ``access_groups`` value that
+is not a list of group names, quarantines the document: it is not indexed, and an earlier version of it is withdrawn,
+because who may read it is unknown.
 
 Identity and change detection: a document's id is the source name plus the file's path, so an edited file keeps its
 id. Its ``content_hash`` is ``content_hash(raw file text)`` (with the folder's access groups, when it has any), which
@@ -15,8 +23,6 @@ directly. The modification time is metadata only: touching a file does not make 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -27,6 +33,7 @@ from graphrag_pipeline.lib.config import FolderSource
 from graphrag_pipeline.lib.ids import content_hash
 from graphrag_pipeline.lib.models import Document, Quarantined
 from graphrag_pipeline.lib.sources.html_text import html_to_text
+from graphrag_pipeline.lib.sources.paths import FolderListing, list_folder, read_file
 from graphrag_pipeline.lib.sources.reader import (
     RAW_EXCERPT,
     STAGE,
@@ -55,42 +62,59 @@ class FolderReader:
 def scan_folder_hashes(source: FolderSource) -> dict[str, str]:
     """Cheap change scan for sensors: doc_id -> hash of the raw bytes, without decoding or parsing anything."""
     root = _folder_root(source)
-    hashes: dict[str, str] = {}
-    for path in _source_files(source, root):
+    listing = _source_files(source, root)
+    hashes = {_doc_id(source, root, refused.path): refused.marker for refused in listing.refused}
+    for file in listing.files:
         try:
-            hashes[_doc_id(source, root, path)] = _with_access(source, _bytes_hash(path.read_bytes()))
+            hashes[_doc_id(source, root, file.path)] = _with_access(source, read_file(file, 0).digest)
         except OSError as error:
-            hashes[_doc_id(source, root, path)] = unreadable_marker(error)
+            hashes[_doc_id(source, root, file.path)] = unreadable_marker(error)
     return hashes
 
 
 def read_folder(source: FolderSource) -> SourceScan:
     root = _folder_root(source)
+    listing = _source_files(source, root)
     documents: list[Document] = []
     quarantined: list[Quarantined] = []
     hashes: dict[str, str] = {}
-    for path in _source_files(source, root):
-        doc_id = _doc_id(source, root, path)
+    withdrawn: set[str] = set()
+    for refused in listing.refused:
+        doc_id = _doc_id(source, root, refused.path)
+        hashes[doc_id] = refused.marker
+        quarantined.append(Quarantined(STAGE, doc_id, refused.reason))
+        withdrawn.add(doc_id)
+    for file in listing.files:
+        doc_id = _doc_id(source, root, file.path)
         try:
-            data = path.read_bytes()
-            modified = path.stat().st_mtime
+            content = read_file(file, source.max_document_bytes)
+            modified = file.target.stat().st_mtime
         except OSError as error:
             hashes[doc_id] = unreadable_marker(error)
-            quarantined.append(Quarantined(STAGE, doc_id, f"cannot read {path}: {error}"))
+            quarantined.append(Quarantined(STAGE, doc_id, f"cannot read {file.path}: {error}"))
             continue
-        hashes[doc_id] = _with_access(source, _bytes_hash(data))
+        hashes[doc_id] = _with_access(source, content.digest)
+        if content.data is None:
+            reason = (f"over max_document_bytes: {content.size} bytes, more than the source's limit "
+                      f"({source.max_document_bytes}); not read: split the file or raise the limit")
+            quarantined.append(Quarantined(STAGE, doc_id, reason))
+            withdrawn.add(doc_id)
+            continue
         try:
-            raw_text = data.decode("utf-8")
+            raw_text = content.data.decode("utf-8")
         except UnicodeDecodeError as error:
             # Guessing another encoding would index mojibake without anyone noticing; the user should convert it.
             reason = f"not valid UTF-8 ({error.reason} at byte {error.start}); convert the file to UTF-8"
             quarantined.append(Quarantined(STAGE, doc_id, reason))
             continue
-        document, problems = _parse_file(source, root, path, doc_id, raw_text, modified)
-        documents.append(document)
-        quarantined.extend(problems)
+        parsed = _parse_file(source, root, file.path, doc_id, raw_text, modified)
+        if isinstance(parsed, Quarantined):
+            quarantined.append(parsed)
+            withdrawn.add(doc_id)
+        else:
+            documents.append(parsed)
     return SourceScan(documents=tuple(documents), quarantined=tuple(quarantined), hashes=hashes,
-                      revision=git_revision(root))
+                      revision=git_revision(root), withdrawn=frozenset(withdrawn))
 
 
 def git_revision(folder: Path) -> str | None:
@@ -126,26 +150,15 @@ def _folder_root(source: FolderSource) -> Path:
     return root
 
 
-def _source_files(source: FolderSource, root: Path) -> list[Path]:
-    """Files with a configured extension, hidden files and folders skipped, in a deterministic order."""
+def _source_files(source: FolderSource, root: Path) -> FolderListing:
+    """Files with a configured extension, hidden files and folders skipped, links checked, in a deterministic order."""
     suffixes = {ext.lower() if ext.startswith(".") else f".{ext.lower()}" for ext in source.extensions}
-    found: list[Path] = []
-    for directory, dirnames, filenames in os.walk(root):
-        dirnames[:] = [name for name in dirnames if not name.startswith(".")]
-        for name in filenames:
-            path = Path(directory, name)
-            if not name.startswith(".") and path.suffix.lower() in suffixes:
-                found.append(path)
-    return sorted(found, key=lambda path: path.relative_to(root).as_posix())
+    return list_folder(root, lambda name: Path(name).suffix.lower() in suffixes,
+                       follow_symlinks=source.follow_symlinks)
 
 
 def _doc_id(source: FolderSource, root: Path, path: Path) -> str:
     return f"{source.name}:{path.relative_to(root).as_posix()}"
-
-
-def _bytes_hash(data: bytes) -> str:
-    # Same construction as ids.content_hash over the decoded text, so both hashes agree for every UTF-8 file.
-    return hashlib.sha256(data + b"\x1f").hexdigest()
 
 
 def _with_access(source: FolderSource, digest: str) -> str:
@@ -156,30 +169,35 @@ def _with_access(source: FolderSource, digest: str) -> str:
 
 def _parse_file(
     source: FolderSource, root: Path, path: Path, doc_id: str, raw_text: str, modified: float
-) -> tuple[Document, list[Quarantined]]:
+) -> Document | Quarantined:
+    """The file's document, or why it may not be indexed."""
     text = raw_text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
     suffix = path.suffix.lower()
-    problems: list[Quarantined] = []
     front_matter: dict[str, Any] = {}
     if suffix in MARKDOWN_SUFFIXES:
-        text, front_matter, problem = _split_front_matter(text, doc_id)
-        if problem is not None:
-            problems.append(problem)
+        split = _split_front_matter(text, doc_id)
+        if isinstance(split, Quarantined):
+            return split
+        text, front_matter = split
         title = _text_title(front_matter.get("title")) or _first_markdown_h1(text) or _file_title(path)
     elif suffix in HTML_SUFFIXES:
         html_title, text = html_to_text(text)
         title = html_title or _file_title(path)
     else:
         title = _file_title(path)
+    try:
+        groups = file_access_groups(source.access_groups, front_matter)
+    except ValueError as error:
+        return Quarantined(STAGE, doc_id, f"invalid access_groups: {error}; not indexed until it is fixed",
+                           raw=repr(front_matter.get(ACCESS_GROUPS))[:RAW_EXCERPT])
     metadata = {
-        # Front matter may restrict one file further; otherwise the folder's configured groups apply.
-        **({"access_groups": list(source.access_groups)} if source.access_groups else {}),
-        **json_safe(front_matter),
+        **json_safe({key: value for key, value in front_matter.items() if key != ACCESS_GROUPS}),
+        **({ACCESS_GROUPS: groups} if groups else {}),
         "path": path.relative_to(root).as_posix(),
         "extension": suffix,
         "modified": dt.datetime.fromtimestamp(modified, tz=dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    document = Document(
+    return Document(
         doc_id=doc_id,
         source=source.name,
         uri=path.resolve().as_uri(),
@@ -188,29 +206,62 @@ def _parse_file(
         content_hash=_with_access(source, content_hash(raw_text)),
         metadata=metadata,
     )
-    return document, problems
+
+
+ACCESS_GROUPS = "access_groups"
+
+
+def file_access_groups(configured: tuple[str, ...], front_matter: dict[str, Any]) -> list[str]:
+    """Who may read one file (sorted; empty: everyone): its folder's configured groups, narrowed by the file.
+
+    A file may only narrow: with no groups configured, the file's ``access_groups`` apply; with groups configured,
+    the file keeps those of its groups that the folder also has (an empty list changes nothing, and a list sharing
+    no group with the folder's is an error: its author meant a restriction this folder cannot express). Raises
+    ``ValueError`` with the reason when ``access_groups`` is present but not a list of non-empty strings.
+    """
+    if ACCESS_GROUPS not in front_matter:
+        return sorted(set(configured))
+    declared = front_matter[ACCESS_GROUPS]
+    if not isinstance(declared, list):
+        raise ValueError(f"front matter access_groups is a {type(declared).__name__} ({declared!r:.80}), not a list "
+                         "of group names such as [sre]")
+    bad = [group for group in declared if not isinstance(group, str) or not group.strip()]
+    if bad:
+        raise ValueError(f"front matter access_groups holds {bad!r:.80}: every group must be a non-empty name")
+    wanted = {group.strip() for group in declared}
+    if not configured:
+        return sorted(wanted)
+    if not wanted:
+        return sorted(set(configured))
+    kept = wanted & set(configured)
+    if not kept:
+        raise ValueError(f"front matter access_groups {sorted(wanted)} share no group with the folder's "
+                         f"{sorted(configured)}; a file may only narrow its folder's groups")
+    return sorted(kept)
 
 
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)^(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL | re.MULTILINE)
 
 
-def _split_front_matter(text: str, doc_id: str) -> tuple[str, dict[str, Any], Quarantined | None]:
-    """(body, front matter, problem). Invalid front matter stays in the body so the document is still indexed."""
+def _split_front_matter(text: str, doc_id: str) -> tuple[str, dict[str, Any]] | Quarantined:
+    """(body, front matter), or the quarantine record of a front matter block that is not a YAML mapping: it may
+    hold the file's access groups, so the file is not indexed without it."""
     match = _FRONT_MATTER.match(text)
     if match is None:
-        return text, {}, None
+        return text, {}
     block = match.group(1)
     try:
         data = yaml.safe_load(block)
     except yaml.YAMLError as error:
-        reason = f"invalid YAML front matter, indexed with the front matter left in the text: {error}"
-        return text, {}, Quarantined(STAGE, doc_id, reason, raw=block[:RAW_EXCERPT])
+        reason = f"invalid YAML front matter, not indexed until it is fixed (it may say who can read the file): {error}"
+        return Quarantined(STAGE, doc_id, reason, raw=block[:RAW_EXCERPT])
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        reason = f"front matter is a {type(data).__name__}, not a mapping; indexed with it left in the text"
-        return text, {}, Quarantined(STAGE, doc_id, reason, raw=block[:RAW_EXCERPT])
-    return text[match.end() :].lstrip("\n"), {str(key): value for key, value in data.items()}, None
+        reason = (f"front matter is a {type(data).__name__}, not a mapping; not indexed until it is fixed (it may say "
+                  "who can read the file)")
+        return Quarantined(STAGE, doc_id, reason, raw=block[:RAW_EXCERPT])
+    return text[match.end() :].lstrip("\n"), {str(key): value for key, value in data.items()}
 
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")

@@ -28,6 +28,10 @@ class SourceScan:
     extractions: dict[str, dict[str, Any]] = field(default_factory=dict)  # doc_id -> {"entities", "triples"}
     revision: str | None = None  # the git commit a folder was read at, when it is a git checkout
     counts: dict[str, int] = field(default_factory=dict)  # figures about the read for the stage's report
+    # Quarantined items whose last indexed version must go too: a file that became a link out of its folder, or
+    # whose access groups cannot be read, may not keep what an earlier read indexed (an item that merely could not
+    # be read this time keeps its last good version).
+    withdrawn: frozenset[str] = frozenset()
 
 
 class SourceMarks(Protocol):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterable
 
 from graphrag_pipeline.lib.ids import stable_shard
+from graphrag_pipeline.lib.models import Quarantined
 from graphrag_pipeline.lib.sources.reader import STAGE as SOURCES_STAGE
-from graphrag_pipeline.lib.sources.reader import ReadContext
+from graphrag_pipeline.lib.sources.reader import ReadContext, SourceScan
 from graphrag_pipeline.lib.sources.registry import read_source
 from graphrag_pipeline.lib.stages.report import StageReport
 from graphrag_pipeline.lib.workspace import Workspace
@@ -21,15 +23,16 @@ def ingest_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
     progress = ws.progress(report.stage, "read sources", len(ws.settings.sources))
     for source in ws.settings.sources:
         with report.timed("read"):
-            scan = read_source(source, context)
+            scan = without_oversized(read_source(source, context), source.max_document_bytes)
         in_shards = [d for d in scan.documents if stable_shard(d.doc_id, count) in shard_set]
         known = ws.state.document_hashes(shard_set, source=source.name)
         changed = [d for d in in_shards if known.get(d.doc_id) != d.content_hash]
         present = {d.doc_id for d in in_shards}
         quarantined_ids = {q.item_id for q in scan.quarantined}
         # ``hashes`` lists every item the source holds (an incremental read returns only the modified documents);
-        # an item that failed to read this time is not deleted either: keep its last good version.
-        deleted = sorted(set(known) - set(scan.hashes) - quarantined_ids)
+        # an item that failed to read this time is not deleted either: keep its last good version, unless the reader
+        # withdrew it (a link out of its folder, unreadable access groups, over the size limit).
+        deleted = sorted((set(known) - set(scan.hashes) - quarantined_ids) | (set(known) & scan.withdrawn))
         with report.timed("write"):
             if changed:
                 ws.state.upsert_documents(changed, {d.doc_id: stable_shard(d.doc_id, count) for d in changed})
@@ -38,8 +41,9 @@ def ingest_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
             extractions = {k: v for k, v in scan.extractions.items() if k in present}
             if extractions:
                 ws.state.store_source_extractions(extractions)
-            # Problems are re-reported on every read: forget the old verdicts on changed files, then record today's.
-            ws.state.clear_quarantine(SOURCES_STAGE, [d.doc_id for d in changed])
+            # Problems are re-reported on every read: forget the old verdicts on changed and deleted items, then
+            # record today's.
+            ws.state.clear_quarantine(SOURCES_STAGE, [d.doc_id for d in changed] + deleted)
             if scan.quarantined:
                 ws.state.quarantine(scan.quarantined)
             seen = {doc_id: h for doc_id, h in scan.hashes.items() if stable_shard(doc_id, count) in shard_set}
@@ -63,6 +67,26 @@ def ingest_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
         report.notes += [f"quarantined {q.item_id}: {q.reason}" for q in scan.quarantined[:10]]
         progress.advance()
     return report
+
+
+def without_oversized(scan: SourceScan, max_bytes: int) -> SourceScan:
+    """The scan with documents of more than ``max_bytes`` of UTF-8 text quarantined and withdrawn instead (every
+    kind's limit; a folder reader does not even read such files)."""
+    oversized = {d.doc_id: size for d in scan.documents if (size := len(d.text.encode("utf-8"))) > max_bytes}
+    if not oversized:
+        return scan
+    problems = tuple(
+        Quarantined(SOURCES_STAGE, doc_id, f"over max_document_bytes: {size} bytes of text, more than the source's "
+                                           f"limit ({max_bytes}); not indexed")
+        for doc_id, size in oversized.items()
+    )
+    return dataclasses.replace(
+        scan,
+        documents=tuple(d for d in scan.documents if d.doc_id not in oversized),
+        quarantined=scan.quarantined + problems,
+        extractions={k: v for k, v in scan.extractions.items() if k not in oversized},
+        withdrawn=scan.withdrawn | set(oversized),
+    )
 
 
 STALENESS_LISTED = 20  # documents named per kind of change in a run's notes (the counts are always complete)
