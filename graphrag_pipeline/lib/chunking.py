@@ -13,6 +13,12 @@ Strategies:
   exactly at ``size`` tokens. Consecutive pieces of one split section share about ``overlap`` tokens, starting at a
   sentence boundary where there is one.
 
+Long inputs cost linear time and memory: the text is tokenized in windows of at most ``TOKENIZE_WINDOW`` characters
+cut at whitespace (a 5 MB line is many calls, never one tokenizer encoding of the whole), and a token longer than
+``LONGEST_TOKEN`` characters (a base64 blob the tokenizer calls one unknown word) is cut into pieces of that length,
+so no chunk grows beyond ``size`` pieces of bounded text. ``max_chunks_per_document`` stops a document that would
+need more chunks (``ChunkLimitExceeded``), before any chunk is built.
+
 Neither strategy cuts inside a word when it can avoid it (subword tokenizers split "NodeRAIDDegraded" into several
 tokens), so re-tokenizing a chunk's text gives the tokens it was measured with. Only ATX headings (``# Title``)
 outside fenced code blocks count as section boundaries; HTML sources are converted to that form by the reader.
@@ -76,15 +82,25 @@ class HuggingFaceTokenizer:
         return spans
 
 
+class ChunkLimitExceeded(ValueError):
+    """A document needs more chunks than ``max_chunks_per_document`` allows."""
+
+
+TOKENIZE_WINDOW = 16_384  # characters given to the tokenizer at once
+LONGEST_TOKEN = 100  # characters; WordPiece calls any longer word one unknown token anyway
+
+
 def chunk_document(
     doc: Document,
     *,
     strategy: Strategy = "recursive",
     size: int,
     overlap: int,
+    max_chunks_per_document: int | None = None,
     tokenizer: Tokenizer | None = None,
 ) -> list[Chunk]:
-    """Chunks of ``doc`` in order; an empty or whitespace-only document has none."""
+    """Chunks of ``doc`` in order; an empty or whitespace-only document has none. Raises ``ChunkLimitExceeded`` when
+    it needs more than ``max_chunks_per_document`` (None: no limit)."""
     if strategy not in ("recursive", "fixed"):
         raise ValueError(f"unknown chunking strategy {strategy!r}; expected 'recursive' or 'fixed'")
     if size < 1:
@@ -94,18 +110,40 @@ def chunk_document(
     text = doc.text
     if not text.strip():
         return []
-    spans = _checked_spans(
-        (tokenizer if tokenizer is not None else WordTokenizer()).encode_offsets(text), len(text), doc.doc_id
-    )
+    spans = _token_spans(text, tokenizer if tokenizer is not None else WordTokenizer(), doc.doc_id)
     if not spans:
         return []
+    if max_chunks_per_document is not None and len(spans) > max_chunks_per_document * size:
+        # Every chunk holds at most ``size`` tokens: no need to lay the document out to know it is too long.
+        raise ChunkLimitExceeded(f"over max_chunks_per_document: {len(spans)} tokens need more than "
+                                 f"{max_chunks_per_document} chunks of {size} ({doc.doc_id})")
     layout = _Layout(text, spans)
     if strategy == "fixed":
         word_level = (layout.word_cuts,)
         ranges = _windows(0, len(spans), size, overlap, cut_levels=word_level, resume_levels=word_level)
     else:
         ranges = _recursive_ranges(layout, size, overlap)
+    if max_chunks_per_document is not None and len(ranges) > max_chunks_per_document:
+        raise ChunkLimitExceeded(f"over max_chunks_per_document: {len(ranges)} chunks, more than "
+                                 f"{max_chunks_per_document} ({doc.doc_id})")
     return _build_chunks(doc, layout, ranges)
+
+
+def _token_spans(text: str, tokenizer: Tokenizer, doc_id: str) -> list[Span]:
+    """The tokens of ``text``, tokenized one window at a time (each ending at whitespace where the window has any, so
+    no word is split between two calls), with tokens longer than ``LONGEST_TOKEN`` characters cut into pieces."""
+    spans: list[Span] = []
+    start = 0
+    while start < len(text):
+        end = min(start + TOKENIZE_WINDOW, len(text))
+        if end < len(text):
+            floor = start + TOKENIZE_WINDOW // 2
+            space = max(text.rfind(" ", floor, end), text.rfind("\n", floor, end), text.rfind("\t", floor, end))
+            if space >= 0:
+                end = space + 1
+        _add_checked_spans(spans, tokenizer.encode_offsets(text[start:end]), start, end - start, doc_id)
+        start = end
+    return spans
 
 
 # ------------------------------------------------------------------------------------------------------- structure
@@ -285,9 +323,9 @@ def _first_cut(levels: Sequence[list[int]], at_least: int, below: int) -> int | 
 # --------------------------------------------------------------------------------------------------------- output
 
 
-def _checked_spans(spans: Sequence[Span], text_length: int, doc_id: str) -> list[Span]:
-    """The tokenizer's spans without zero-width ones (special tokens carry no text), verified to tile the text."""
-    checked: list[Span] = []
+def _add_checked_spans(checked: list[Span], spans: Sequence[Span], offset: int, text_length: int, doc_id: str) -> None:
+    """Append the tokenizer's spans of a window starting at ``offset``, shifted to document offsets, without zero-width
+    ones (special tokens carry no text), verified to tile the window and cut to ``LONGEST_TOKEN`` characters."""
     previous_end = 0
     for raw_start, raw_end in spans:
         start, end = int(raw_start), int(raw_end)
@@ -298,9 +336,12 @@ def _checked_spans(spans: Sequence[Span], text_length: int, doc_id: str) -> list
                 f"{doc_id}: tokenizer returned span ({start}, {end}) out of order or outside the text; "
                 "token spans must be increasing, non-overlapping character offsets"
             )
-        checked.append((start, end))
         previous_end = end
-    return checked
+        start, end = start + offset, end + offset
+        while end - start > LONGEST_TOKEN:
+            checked.append((start, start + LONGEST_TOKEN))
+            start += LONGEST_TOKEN
+        checked.append((start, end))
 
 
 def _build_chunks(doc: Document, layout: _Layout, ranges: list[Span]) -> list[Chunk]:

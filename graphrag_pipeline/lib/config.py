@@ -150,6 +150,9 @@ class ChunkingConfig(StrictModel):
     strategy: Literal["recursive", "fixed"] = "recursive"
     size: int = Field(512, ge=16)
     overlap: int = Field(64, ge=0)
+    # A document that would make more chunks is quarantined instead (a log dump or a data file copied into a runbook
+    # folder costs an embedding and an extraction per chunk). 2,000 chunks of 512 tokens are about 4 MB of text.
+    max_chunks_per_document: int = Field(2000, ge=1)
 
     @model_validator(mode="after")
     def _overlap_smaller(self) -> "ChunkingConfig":

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from graphrag_pipeline.lib.chunking import chunk_document
+from graphrag_pipeline.lib.chunking import ChunkLimitExceeded, chunk_document
 from graphrag_pipeline.lib.ids import content_hash, stable_shard
+from graphrag_pipeline.lib.models import Quarantined
 from graphrag_pipeline.lib.stages.embeddings import EMBEDDING_CONTEXT_TOKENS
 from graphrag_pipeline.lib.stages.report import StageReport
 from graphrag_pipeline.lib.workspace import Workspace
@@ -18,21 +19,32 @@ def chunk_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
     # Room for the title and heading path the chunk is embedded with (see chunk_embedding_text).
     size = min(config.size, ws.embedder.max_tokens - EMBEDDING_CONTEXT_TOKENS)
     overlap = min(config.overlap, size // 4)
-    key = content_hash(config.strategy, str(size), str(overlap), ws.embedder.name)
+    limit = config.max_chunks_per_document
+    # The limit is part of the key: raising it re-chunks the documents it stopped.
+    key = content_hash(config.strategy, str(size), str(overlap), ws.embedder.name, f"max {limit}")
     with report.timed("select"):
         documents = ws.state.documents_to_chunk(shard_set, key)
-    produced = 0
+    produced = quarantined = 0
     tokenizer = ws.tokenizer
     progress = ws.progress(report.stage, "chunk documents", len(documents))
     with report.timed("chunk"):
+        # Verdicts are re-reached for every document chunked now.
+        ws.state.clear_quarantine(report.stage, [doc.doc_id for doc in documents])
         for doc in documents:
-            chunks = chunk_document(doc, strategy=config.strategy, size=size, overlap=overlap, tokenizer=tokenizer)
+            try:
+                chunks = chunk_document(doc, strategy=config.strategy, size=size, overlap=overlap,
+                                        max_chunks_per_document=limit, tokenizer=tokenizer)
+            except ChunkLimitExceeded as error:
+                # No chunks (earlier ones withdrawn with the rest of the old version) and the reason; the run goes on.
+                ws.state.quarantine([Quarantined(report.stage, doc.doc_id, f"{error}; not indexed")])
+                chunks = []
+                quarantined += 1
             ws.state.replace_chunks(doc, stable_shard(doc.doc_id, ws.settings.shard_count), chunks, key)
             produced += len(chunks)
             if len(report.sample) < 5 and chunks:
                 report.sample.append({"chunk_id": chunks[0].chunk_id, "doc_id": doc.doc_id,
                                       "tokens": chunks[0].token_count, "text": chunks[0].text[:80]})
             progress.advance()
-    report.counts.update(documents_rechunked=len(documents), chunks_written=produced,
+    report.counts.update(documents_rechunked=len(documents), chunks_written=produced, quarantined=quarantined,
                          chunk_size=size, chunk_overlap=overlap)
     return report
