@@ -37,6 +37,10 @@ class ReaderAccess:
         allowed = self._restricted.get(doc_id)
         return allowed is None or not allowed.isdisjoint(self._groups)
 
+    def reads_everything(self) -> bool:
+        """Whether this caller may read every document of the index."""
+        return all(not allowed.isdisjoint(self._groups) for allowed in self._restricted.values())
+
     def can_read_any(self, doc_ids: Iterable[str]) -> bool:
         """For what any one supporting document justifies: an entity, a relationship."""
         return any(self.can_read(doc_id) for doc_id in doc_ids)

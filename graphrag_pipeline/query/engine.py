@@ -38,6 +38,7 @@ FACT_DOCUMENTS = 10  # documents cited per fact: enough to check it, few enough 
 # passages of one document.
 CANDIDATES_PER_RESULT = 4
 PASSAGES_PER_DOCUMENT = 3  # citations of a document result: its best passages, best first
+PATH_RELATIONSHIPS = 1000  # relationships read among the entities on a response's paths (a few dozen entities)
 ElementT = TypeVar("ElementT", Entity, Relationship)
 
 
@@ -167,7 +168,7 @@ class QueryEngine:
     ) -> QueryResponse:
         started = time.perf_counter()
         passages = self._readable_passages(retriever, retrieval, parameters, access)
-        paths = {candidate_id: retrieval.entity_path(candidate_id) for candidate_id in passages}
+        paths = self._readable_paths(retrieval, passages, access)
         visible = self._visible_entities(retrieval, paths, access)
         results = [
             QueryResult(
@@ -207,6 +208,29 @@ class QueryEngine:
             fell_back_to_vector=retrieval.fell_back_to_vector,
             timings_ms=retrieval.timings,
         )
+
+    def _readable_paths(
+        self, retrieval: Retrieval, passages: dict[str, Passage], access: ReaderAccess
+    ) -> dict[str, tuple[str, ...]]:
+        """Each result's entity path up to its first hop that no relationship the caller may read makes: a walk
+        ranks over every relationship, but a path naming a hop only a restricted document states would tell it. The
+        hop from a question entity to the entity its entry passage named is held to the same rule, since that
+        passage may be one the caller may not read."""
+        paths = {candidate_id: retrieval.entity_path(candidate_id) for candidate_id in passages}
+        on_paths = {entity_id for path in paths.values() for entity_id in path}
+        if len(on_paths) < 2 or access.reads_everything():
+            return paths
+        readable_hops = {frozenset((r.source_id, r.target_id))
+                         for r in self.graph.relationships_between(on_paths, limit=PATH_RELATIONSHIPS)
+                         if access.can_read_any(r.doc_ids)}
+
+        def readable_prefix(path: tuple[str, ...]) -> tuple[str, ...]:
+            for hop, (source, target) in enumerate(zip(path, path[1:])):
+                if frozenset((source, target)) not in readable_hops:
+                    return path[: hop + 1]
+            return path
+
+        return {candidate_id: readable_prefix(path) for candidate_id, path in paths.items()}
 
     def _visible_entities(
         self, retrieval: Retrieval, paths: dict[str, tuple[str, ...]], access: ReaderAccess
