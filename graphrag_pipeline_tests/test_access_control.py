@@ -182,6 +182,21 @@ def test_a_relationship_only_a_restricted_document_states_is_no_fact_for_other_c
         assert all(fact.doc_ids for fact in response.relationships), mode
 
 
+def test_an_entity_path_names_no_hop_only_a_restricted_document_makes(index):
+    """The walk from ledger-db reaches checkout-service only through LAUNCH (a relationship, and its entry passage)."""
+    question = "What does ledger-db serve?"
+
+    def hops(response) -> set[tuple[str, str]]:
+        return {hop for r in response.results for hop in zip(r.entity_path, r.entity_path[1:])}
+
+    assert ("ledger-db", "checkout-service") in hops(index.query(question, mode="graph", top_k=5, groups=GROUPS,
+                                                                 results="chunks"))
+    for mode in ("graph", "hybrid"):
+        response = index.query(question, mode=mode, top_k=5, results="chunks")
+        assert ("ledger-db", "checkout-service") not in hops(response), mode
+        assert all(r.hops_from_query == max(0, len(r.entity_path) - 1) for r in response.results)
+
+
 def test_a_public_relationship_shows_other_callers_only_the_wording_public_documents_use(index):
     calls = ("checkout-service", "DEPENDS_ON", "payments-api")
     public = {tuple(f.predicates) for f in index.query(LAUNCH_QUESTION, top_k=5).relationships
