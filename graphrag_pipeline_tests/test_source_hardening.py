@@ -243,6 +243,7 @@ def test_every_source_kind_is_held_to_max_document_bytes_at_ingest(tmp_path):
     write(corpus, "\n".join(json.dumps(record) for record in (
         {"id": "small", "title": "Small", "text": "short passage"},
         {"id": "big", "title": "Big", "text": "x " * 600},
+        {"id": "umlauts", "title": "Wide", "text": "ü" * 600},  # 600 characters, 1,200 bytes
     )) + "\n")
     settings = load_settings(index_dir=str(tmp_path / "index"), shard_count=4, sources=[
         {"name": "bench", "kind": "eval_set", "path": str(corpus.parent), "max_document_bytes": 1000}])
@@ -250,9 +251,10 @@ def test_every_source_kind_is_held_to_max_document_bytes_at_ingest(tmp_path):
         report = ingest_documents(ws, all_shards(ws))
 
         assert set(ws.state.document_hashes()) == {"bench:small"}
-        assert report.counts["quarantined"] == 1
-        assert {q.item_id: q.reason for q in ws.state.quarantined()}["bench:big"].startswith(
-            "over max_document_bytes: 1200 bytes of text")
+        assert report.counts["quarantined"] == 2
+        why = {q.item_id: q.reason for q in ws.state.quarantined()}
+        assert why["bench:big"].startswith("over max_document_bytes: 1200 bytes of text")
+        assert why["bench:umlauts"].startswith("over max_document_bytes: 1200 bytes of text")
 
 
 def test_a_document_over_max_chunks_is_quarantined_without_chunks_and_the_run_goes_on(tmp_path, root):

@@ -72,7 +72,7 @@ def ingest_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
 def without_oversized(scan: SourceScan, max_bytes: int) -> SourceScan:
     """The scan with documents of more than ``max_bytes`` of UTF-8 text quarantined and withdrawn instead (every
     kind's limit; a folder reader does not even read such files)."""
-    oversized = {d.doc_id: size for d in scan.documents if (size := len(d.text.encode("utf-8"))) > max_bytes}
+    oversized = {d.doc_id: size for d in scan.documents if (size := _bytes_over(d.text, max_bytes)) is not None}
     if not oversized:
         return scan
     problems = tuple(
@@ -87,6 +87,14 @@ def without_oversized(scan: SourceScan, max_bytes: int) -> SourceScan:
         extractions={k: v for k, v in scan.extractions.items() if k not in oversized},
         withdrawn=scan.withdrawn | set(oversized),
     )
+
+
+def _bytes_over(text: str, limit: int) -> int | None:
+    """The UTF-8 size of ``text`` when it is over ``limit``, else None."""
+    if 4 * len(text) <= limit:  # a character is at most 4 bytes: most texts are decided without encoding them
+        return None
+    size = len(text.encode("utf-8"))
+    return size if size > limit else None
 
 
 STALENESS_LISTED = 20  # documents named per kind of change in a run's notes (the counts are always complete)
