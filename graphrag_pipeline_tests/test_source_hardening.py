@@ -13,12 +13,13 @@ import pytest
 from pydantic import ValidationError
 
 from graphrag_pipeline.lib.chunking import TOKENIZE_WINDOW, ChunkLimitExceeded, WordTokenizer, chunk_document
-from graphrag_pipeline.lib.config import CatalogSource, EvalSetSource, FolderSource, load_settings
+from graphrag_pipeline.lib.config import CatalogSource, ConfluenceSource, EvalSetSource, FolderSource, load_settings
 from graphrag_pipeline.lib.ids import content_hash
 from graphrag_pipeline.lib.models import Document
 from graphrag_pipeline.lib.sources.registry import read_source, scan_hashes
 from graphrag_pipeline.lib.stages import all_shards, chunk_documents, ingest_documents
 from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline_tests.confluence_server import ConfluenceServer
 from graphrag_pipeline_tests.test_retrieval_mechanisms import HashedEmbedder
 
 SECRET = "root:x:0:0:the host's password file"
@@ -315,3 +316,27 @@ def test_a_5mb_single_line_is_tokenized_in_bounded_windows_into_bounded_chunks(l
     assert all(chunk.token_count <= 256 and len(chunk.text) <= 256 * 100 for chunk in chunks)
     assert chunks[0].start_char == 0 and chunks[-1].end_char == len(text.rstrip())
     assert all(text[chunk.start_char:chunk.end_char] == chunk.text for chunk in chunks[:50])
+
+
+# ------------------------------------------------------------------------------------------------------- Confluence
+
+
+def test_a_data_center_restriction_the_server_left_out_quarantines_instead_of_opening(monkeypatch):
+    # The Data Center answer carries a page's read restriction inline; one that lacks a principal block (the server
+    # did not expand it) said nothing about who may read the page, and must not read as "unrestricted".
+    monkeypatch.delenv("CONFLUENCE_USER", raising=False)
+    with ConfluenceServer(context="/confluence", flavor="datacenter", token="pat-123") as server:
+        monkeypatch.setenv("CONFLUENCE_TOKEN", server.token)
+        secret = server.add_page("ENG", "Secret", "<p>The launch code is 0000.</p>", groups=("legal",))
+        unexpanded = server.add_page("ENG", "Unexpanded", "<p>Board minutes.</p>", groups=("board",))
+        server.add_page("ENG", "Fine", "<p>Public notes.</p>")
+        server.corrupt(secret, restrictions={"read": {"restrictions": {"group": None}}})
+        server.corrupt(unexpanded, restrictions={"read": {"restrictions": None}})
+        source = ConfluenceSource(name="wiki", base_url=server.base_url, spaces=("ENG",), flavor="datacenter")
+
+        scan = read_source(source)
+
+    assert [d.title for d in scan.documents] == ["Fine"]
+    why = reasons(scan)
+    for page in (secret, unexpanded):
+        assert "read restriction lacks restrictions.read.restrictions.user or .group" in why[f"wiki:{page}"]

@@ -63,8 +63,8 @@ one level is restricted, otherwise never broader than the truth), ``[NO_COMMON_P
 principal, and the source's configured ``access_groups`` when nothing is restricted (empty: everyone). Space
 permissions are not read from the API; the configured ``access_groups`` stand in for them. Only the first page of a
 restriction's principals is read (``RESTRICTION_LIMIT``, servers may cap it lower): a longer list admits fewer, never
-more. A Cloud restriction answer without both the ``user`` and the ``group`` block quarantines the page rather than
-reading as "unrestricted".
+more. A read restriction without both the ``user`` and the ``group`` block (Cloud's restriction answer, or a Data
+Center page whose server did not expand them) quarantines the page rather than reading as "unrestricted".
 
 Change detection: ``content_hash`` covers title, text, labels, ancestors, URL and both access fields, so a permission
 change re-ingests the page; version and modification time are metadata only. The hashes in ``SourceScan.hashes`` and
@@ -881,26 +881,19 @@ def _restriction_principals(data: dict[str, Any]) -> frozenset[str] | None:
 
 
 def _read_principals(content: dict[str, Any]) -> frozenset[str] | None:
-    """Who a read restriction on ``content`` admits (groups by name, users as ``user:<id>``); None: no restriction."""
+    """Who a read restriction on ``content`` admits (groups by name, users as ``user:<id>``); None: no restriction.
+
+    "No restriction" is only read from an answer that says so: the read restriction with both principal blocks, empty.
+    A missing block (a server that did not expand it) says nothing about who may read the page, and must not open it
+    to everyone."""
     restrictions = content.get("restrictions")
-    if restrictions is None:
-        return None
-    if not isinstance(restrictions, dict):
-        raise _Malformed("restrictions is not an object")
-    read = restrictions.get("read")
-    if read is None:
-        return None
+    read = restrictions.get("read") if isinstance(restrictions, dict) else None
     inner = read.get("restrictions") if isinstance(read, dict) else None
-    if inner is None:
-        return None
-    if not isinstance(inner, dict):
-        raise _Malformed("restrictions.read.restrictions is not an object")
+    if not isinstance(inner, dict) or not all(isinstance(inner.get(kind), dict) for kind in ("user", "group")):
+        raise _Malformed("the read restriction lacks restrictions.read.restrictions.user or .group (not expanded?)")
     principals: set[str] = set()
     for kind in ("group", "user"):
-        block = inner.get(kind)
-        if block is None:
-            continue
-        results = block.get("results") if isinstance(block, dict) else None
+        results = inner[kind].get("results")
         if not isinstance(results, list):
             raise _Malformed(f"restrictions.read.restrictions.{kind}.results is not a list")
         for entry in results:
@@ -908,7 +901,7 @@ def _read_principals(content: dict[str, Any]) -> frozenset[str] | None:
                 raise _Malformed(f"a read restriction {kind} is not an object")
             if kind == "group":
                 name = entry.get("name")
-                if not isinstance(name, str) or not name:
+                if not isinstance(name, str) or not name.strip():
                     raise _Malformed("a read restriction group has no name")
                 principals.add(name)
             else:
