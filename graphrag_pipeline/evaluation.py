@@ -21,6 +21,7 @@ from typing import Any, Iterable, Sequence
 
 from graphrag_pipeline.lib.config import PipelineSettings, load_settings
 from graphrag_pipeline.lib.progress import ProgressListener
+from graphrag_pipeline.lib.sources.paths import check_inside
 from graphrag_pipeline.lib.stages import build_everything
 from graphrag_pipeline.lib.workspace import Workspace
 
@@ -73,6 +74,8 @@ def eval_settings(set_dir: Path, index_dir: Path, use_extraction: bool, base: Pi
         raise FileNotFoundError(f"--use-extraction: {set_dir / 'extraction.jsonl'} does not exist")
     sources = [{"name": source_name_for(set_dir), "kind": "eval_set", "path": str(set_dir.resolve())}]
     if (set_dir / "catalog").is_dir():  # a service catalog or Backstage entities that come with the set's passages
+        if refused := check_inside(set_dir, set_dir / "catalog", follow_symlinks=False):
+            raise ValueError(f"eval set {set_dir}: {refused.reason}")  # sources never leave their folder
         sources.append({"name": f"{source_name_for(set_dir)}-catalog", "kind": "catalog",
                         "path": str((set_dir / "catalog").resolve())})
     return base.with_overrides(

@@ -13,6 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from graphrag_pipeline.lib.chunking import TOKENIZE_WINDOW, ChunkLimitExceeded, WordTokenizer, chunk_document
+from graphrag_pipeline.evaluation import eval_settings
 from graphrag_pipeline.lib.config import CatalogSource, ConfluenceSource, EvalSetSource, FolderSource, load_settings
 from graphrag_pipeline.lib.ids import content_hash
 from graphrag_pipeline.lib.models import Document
@@ -340,3 +341,12 @@ def test_a_data_center_restriction_the_server_left_out_quarantines_instead_of_op
     why = reasons(scan)
     for page in (secret, unexpanded):
         assert "read restriction lacks restrictions.read.restrictions.user or .group" in why[f"wiki:{page}"]
+
+
+def test_the_eval_command_refuses_a_catalog_folder_linked_from_outside_its_set(tmp_path, outside):
+    set_dir = tmp_path / "set"
+    write(set_dir / "corpus.jsonl", json.dumps({"id": "p1", "title": "T", "text": "text"}) + "\n")
+    (set_dir / "catalog").symlink_to(outside, target_is_directory=True)
+
+    with pytest.raises(ValueError, match="symbolic link out of the source folder: catalog points to "):
+        eval_settings(set_dir, tmp_path / "index", use_extraction=False)
