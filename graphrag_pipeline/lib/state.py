@@ -26,6 +26,12 @@ from graphrag_pipeline.lib.models import (
     RelationMention,
 )
 
+# The recorded hash of a store entry whose write has begun but is not known to have finished, or that the store was
+# found to have lost: never equal to a content hash, so the next run writes the entry again. Recorded *before* a
+# write, it also keeps the id in the bookkeeping, so an entry written by a killed run is deleted when its element
+# disappears before the next run.
+UNSYNCED = "unsynced"
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
     doc_id TEXT PRIMARY KEY,
@@ -386,6 +392,12 @@ class StateStore:
             sql += f" AND shard IN ({','.join('?' * len(shard_list))})"
             params += shard_list
         return dict(self.query(sql, params))
+
+    def indexed_point_shards(self, collection: str) -> dict[str, int]:
+        return dict(self.query("SELECT point_id, shard FROM indexed_points WHERE collection = ?", [collection]))
+
+    def indexed_point_count(self, collection: str) -> int:
+        return self.query("SELECT COUNT(*) FROM indexed_points WHERE collection = ?", [collection])[0][0]
 
     def record_indexed_points(self, collection: str, points: dict[str, tuple[int, str]], removed: Sequence[str]) -> None:
         with self.transaction() as conn:

@@ -7,7 +7,7 @@ from typing import Iterable
 from graphrag_pipeline.lib.ids import stable_shard
 from graphrag_pipeline.lib.models import Chunk
 from graphrag_pipeline.lib.stages.report import StageReport, accounted
-from graphrag_pipeline.lib.stages.vectors import sync_points
+from graphrag_pipeline.lib.stages.vectors import reconcile_collection, sync_points
 from graphrag_pipeline.lib.stores.protocols import CHUNKS
 from graphrag_pipeline.lib.workspace import Workspace
 
@@ -24,7 +24,9 @@ def chunk_embedding_text(title: str, chunk: Chunk) -> str:
 @accounted
 def embed_chunks(ws: Workspace, shards: Iterable[int]) -> StageReport:
     report = StageReport("embeddings")
-    shard_set = set(shards)
+    # Shards whose vectors the store lost are rebuilt with these: their chunks are unchanged, so nothing else would
+    # ask for them again.
+    shard_set = set(shards) | reconcile_collection(ws, CHUNKS, report)
     with report.timed("select"):
         chunks = ws.state.chunks(shard_set)
         documents = {d.doc_id: d for d in ws.state.documents(shard_set)}

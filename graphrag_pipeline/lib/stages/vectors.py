@@ -8,9 +8,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from graphrag_pipeline.lib.faults import crash_point
 from graphrag_pipeline.lib.ids import content_hash
 from graphrag_pipeline.lib.models import VectorPoint
 from graphrag_pipeline.lib.stages.report import StageReport
+from graphrag_pipeline.lib.state import UNSYNCED
 from graphrag_pipeline.lib.workspace import Workspace
 
 GLOBAL_SHARD = -1  # indexed_points shard for collections that are not partitioned (entities, communities)
@@ -37,6 +39,27 @@ def embed_texts_cached(ws: Workspace, texts: Sequence[str], report: StageReport)
     return np.stack([cached[h] for h in hashes])
 
 
+def reconcile_collection(ws: Workspace, collection: str, report: StageReport) -> set[int]:
+    """Make the bookkeeping of ``collection`` agree with what the vector store holds: points the store lost (a
+    deleted ``vectors/`` folder, a replaced server) are forgotten, so they are written again, and points it holds
+    without bookkeeping are deleted. Returns the shards of the lost points. Counts decide whether ids are compared
+    at all: bookkeeping is recorded before every write, so after a clean run or a kill the store never holds more
+    than the bookkeeping names."""
+    ws.vector_store.ensure_collection(collection, ws.embedding_dimension)
+    if ws.vector_store.count(collection) == ws.state.indexed_point_count(collection):
+        return set()
+    booked = ws.state.indexed_point_shards(collection)
+    stored = ws.vector_store.point_ids(collection)
+    lost = sorted(set(booked) - stored)
+    unbooked = sorted(stored - set(booked))
+    if unbooked:
+        ws.vector_store.delete(collection, unbooked)
+    ws.state.record_indexed_points(collection, {}, lost)
+    report.counts[f"{collection}_lost_points_restored"] = len(lost)
+    report.counts[f"{collection}_unbooked_points_deleted"] = len(unbooked)
+    return {booked[pid] for pid in lost}
+
+
 def sync_points(
     ws: Workspace,
     collection: str,
@@ -44,28 +67,34 @@ def sync_points(
     shards: set[int] | None,
     report: StageReport,
 ) -> None:
-    """Make `collection` (restricted to `shards`) hold exactly `wanted`, embedding only what is new or changed."""
+    """Make `collection` (restricted to `shards`) hold exactly `wanted`, embedding only what is new or changed.
+    Each batch is booked ``UNSYNCED`` before it is written and with its key after, so a rerun after a kill rewrites
+    the unfinished batch and deletes what a killed run wrote for points that have since disappeared."""
     report.counts.setdefault("embedded", 0)
     report.counts.setdefault("embedding_cache_hits", 0)
+    reconcile_collection(ws, collection, report)
     indexed = ws.state.indexed_points(collection, shards)
     keys = {pid: content_hash(text, json.dumps(payload, sort_keys=True)) for pid, (_, text, payload) in wanted.items()}
     stale = sorted(pid for pid, key in keys.items() if indexed.get(pid) != key)
     removed = sorted(set(indexed) - set(wanted))
-    ws.vector_store.ensure_collection(collection, ws.embedding_dimension)
     progress = ws.progress(report.stage, f"embed {collection}", len(stale))
     for start in range(0, len(stale), EMBEDDING_BATCH):
         batch = stale[start : start + EMBEDDING_BATCH]
         vectors = embed_texts_cached(ws, [wanted[pid][1] for pid in batch], report)
+        ws.state.record_indexed_points(collection, {pid: (wanted[pid][0], UNSYNCED) for pid in batch}, [])
         with report.timed("upsert"):
             ws.vector_store.upsert(
                 collection, [VectorPoint(pid, vec, wanted[pid][2]) for pid, vec in zip(batch, vectors)]
             )
+        crash_point(f"{report.stage}:{collection}:upserted")
         ws.state.record_indexed_points(collection, {pid: (wanted[pid][0], keys[pid]) for pid in batch}, [])
         progress.advance(len(batch))
     if removed:
         with report.timed("delete"):
             ws.vector_store.delete(collection, removed)
+        crash_point(f"{report.stage}:{collection}:deleted")
         ws.state.record_indexed_points(collection, {}, removed)
+    crash_point(f"{report.stage}:{collection}:before-publish")
     with report.timed("publish"):
         ws.vector_store.publish()
     report.counts[f"{collection}_upserted"] = len(stale)

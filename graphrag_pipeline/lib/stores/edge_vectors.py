@@ -147,6 +147,21 @@ def _point_ids(shard: EdgeShard) -> set[str]:
             return ids
 
 
+def _points(shard: EdgeShard) -> dict[str, VectorPoint]:
+    points: dict[str, VectorPoint] = {}
+    offset = None
+    while True:
+        records, offset = shard.scroll(
+            ScrollRequest(offset=offset, limit=BATCH_SIZE, with_payload=True, with_vector=True)
+        )
+        for record in records:
+            payload = dict(record.payload)
+            point_id = payload.pop(ID_KEY)
+            points[point_id] = VectorPoint(point_id, np.asarray(record.vector[VECTOR_NAME], dtype=np.float32), payload)
+        if offset is None:
+            return points
+
+
 def _shard_dimension(shard_dir: Path) -> int:
     config = json.loads((shard_dir / _EDGE_CONFIG_FILE).read_text(encoding="utf-8"))
     return int(config["vectors"][VECTOR_NAME]["size"])
@@ -528,6 +543,10 @@ class EdgeVectorReader:
 
     def point_ids(self, collection: str) -> set[str]:
         return _point_ids(self._shard(collection))
+
+    def points(self, collection: str) -> dict[str, VectorPoint]:
+        """Every point of the collection with its vector and payload (what "equals a fresh build" compares)."""
+        return _points(self._shard(collection))
 
     def close(self) -> None:
         with self._lock:
