@@ -9,6 +9,7 @@ import sys
 from typing import Any, Sequence
 
 from graphrag_pipeline.lib.progress import TerminalProgressBar
+from graphrag_pipeline.lib.state import IndexBusyError
 from graphrag_pipeline.query.models import FUSIONS, GRANULARITIES, MODES
 
 
@@ -58,6 +59,9 @@ def _parser() -> argparse.ArgumentParser:
                                 help="run all eight stages in this process, without Dagster")
     build.add_argument("--json", action="store_true", help="JSON report, and no progress bar")
 
+    commands.add_parser("repair", parents=[config_flag, index_dir_flag],
+                        help="check the index's SQLite files and set damaged ones aside for the next build to re-derive")
+
     # eval builds its own index (in --work-dir or a temporary folder), so it takes no --index-dir.
     evaluate = commands.add_parser("eval", parents=[config_flag],
                                    help="build an index for an eval-set folder and score retrieval")
@@ -88,7 +92,7 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.error("eval builds its own index: use --work-dir to keep it, not --index-dir")
     try:
         return _run(args)
-    except (FileNotFoundError, ValueError) as error:
+    except (FileNotFoundError, ValueError, IndexBusyError) as error:
         print(f"graphrag-pipeline: {error}", file=sys.stderr)
         return 2
 
@@ -116,6 +120,8 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "build":
         return _build(args)
+    if args.command == "repair":
+        return _repair(args)
 
     from graphrag_pipeline.query import open_index
 
@@ -157,6 +163,35 @@ def _build(args: argparse.Namespace) -> int:
             bar.close()
     payload = [{"stage": r.stage, "seconds": r.total_seconds, **r.counts} for r in reports]
     _print(payload, args.json, "\n".join(f"{r.stage:<20} {r.total_seconds:>8.1f}s  {r.counts}" for r in reports))
+    return 0
+
+
+def _repair(args: argparse.Namespace) -> int:
+    """Set damaged SQLite files aside (under the build lock, so no build is writing them). The next build re-derives
+    them: a new state from the sources (and, through reconciliation, the graph and vectors from it), a new graph
+    from the state; the LLM caches start empty."""
+    from graphrag_pipeline.lib import backends
+    from graphrag_pipeline.lib.config import load_settings
+    from graphrag_pipeline.lib.state import build_lock
+    from graphrag_pipeline.lib.stores.sqlite_files import integrity_problem, set_aside
+
+    settings = load_settings(args.config, **({"index_dir": args.index_dir} if args.index_dir else {}))
+    files = [backends.state_path(settings), backends.llm_cache_path(settings), backends.llm_runs_path(settings)]
+    if settings.backends.graph != "neo4j":
+        files.append(backends.graph_path(settings))
+    set_aside_count = 0
+    with build_lock(settings.index_dir):
+        for path in files:
+            if not path.exists():
+                continue
+            problem = integrity_problem(path)
+            if problem is None:
+                print(f"{path}: ok")
+            else:
+                print(f"{path}: damaged ({problem}); moved to {set_aside(path)}")
+                set_aside_count += 1
+    if set_aside_count:
+        print("now build again (`graphrag-pipeline build`, or the build_index job) to re-derive what was set aside")
     return 0
 
 

@@ -7,11 +7,14 @@ WAL mode lets Dagster steps in several processes and a reader in an agent proces
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import sqlite3
+import sys
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -25,12 +28,15 @@ from graphrag_pipeline.lib.models import (
     Quarantined,
     RelationMention,
 )
+from graphrag_pipeline.lib.stores.sqlite_files import naming_damage
 
 # The recorded hash of a store entry whose write has begun but is not known to have finished, or that the store was
 # found to have lost: never equal to a content hash, so the next run writes the entry again. Recorded *before* a
 # write, it also keeps the id in the bookkeeping, so an entry written by a killed run is deleted when its element
 # disappears before the next run.
 UNSYNCED = "unsynced"
+
+BUILD_LOCK_FILE = "build.lock"  # beside state.sqlite: held by every writer of the index (see `build_lock`)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
@@ -134,49 +140,65 @@ CREATE TABLE IF NOT EXISTS source_extractions (   -- extractions shipped with a 
 
 
 class StateStore:
-    """Thread-safe access to the state database (one connection per thread)."""
+    """Thread-safe access to the state database (one connection per thread).
+
+    A writable store holds the index's build lock (`build_lock`) from open to close, so two builds of one index
+    cannot write at once; read-only stores (queries, sensors) take no lock."""
 
     def __init__(self, path: str | Path, *, read_only: bool = False):
         self.path = Path(path)
         self.read_only = read_only
+        self._local = threading.local()
+        self._lock: contextlib.AbstractContextManager | None = None
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._local = threading.local()
-        if not read_only:
-            self._connection().executescript(_SCHEMA)  # idempotent DDL; executescript manages its own transaction
+            self._lock = build_lock(self.path.parent)
+            self._lock.__enter__()
+            try:
+                with naming_damage(self.path):
+                    self._connection().executescript(_SCHEMA)  # idempotent DDL; executescript manages its own transaction
+            except BaseException:
+                self.close()
+                raise
 
     def _connection(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            if self.read_only:
-                conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=60)
-            else:
-                conn = sqlite3.connect(self.path, timeout=60)
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")
+            with naming_damage(self.path):
+                if self.read_only:
+                    conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=60)
+                else:
+                    conn = sqlite3.connect(self.path, timeout=60)
+                    conn.execute("PRAGMA journal_mode=WAL")
+                    conn.execute("PRAGMA synchronous=NORMAL")
             conn.isolation_level = None  # explicit transactions below
             self._local.conn = conn
         return conn
 
-    @contextmanager
+    @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        conn = self._connection()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+        with naming_damage(self.path):
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        return self._connection().execute(sql, params).fetchall()
+        with naming_damage(self.path):
+            return self._connection().execute(sql, params).fetchall()
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
             self._local.conn = None
+        if self._lock is not None:
+            lock, self._lock = self._lock, None
+            lock.__exit__(None, None, None)
 
     def __enter__(self) -> "StateStore":
         return self
@@ -435,6 +457,10 @@ class StateStore:
         ``family+…``: the same extractor with other known names), so no chunk drops out while it waits to be
         extracted again."""
         family = family or extractor_key
+        with naming_damage(self.path):
+            yield from self._live_extractions(extractor_key, family)
+
+    def _live_extractions(self, extractor_key: str, family: str) -> Iterator[tuple[str, str, ChunkExtraction]]:
         conn = self._connection()
         cursor = conn.execute(
             """SELECT c.doc_id, c.chunk_id, e.payload FROM chunks c
@@ -583,6 +609,53 @@ class StateStore:
         if stage is not None:
             sql, params = sql + " WHERE stage = ?", [stage]
         return [Quarantined(*row) for row in self.query(sql + " ORDER BY stage, item_id", params)]
+
+
+class IndexBusyError(RuntimeError):
+    pass
+
+
+# Lock file -> [descriptor, holders in this process]: stores and workspaces of one process share the lock (a stage
+# and its checks, a test beside its build); flock excludes other processes only.
+_held_build_locks: dict[Path, list[int]] = {}
+_held_build_locks_guard = threading.Lock()
+
+
+@contextlib.contextmanager
+def build_lock(index_dir: Path) -> Iterator[None]:
+    """Hold the index's build lock: an exclusive ``flock`` on ``<index_dir>/build.lock``, so a second process that
+    would write the same index fails at once with `IndexBusyError` naming the holder, instead of interleaving its
+    writes. The operating system releases it when the holder ends, even by kill -9."""
+    path = (Path(index_dir) / BUILD_LOCK_FILE).resolve()
+    with _held_build_locks_guard:
+        held = _held_build_locks.get(path)
+        if held is not None:
+            held[1] += 1
+        else:
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(descriptor, 1000, 0).decode("utf-8", "replace").strip() or "holder unknown"
+                os.close(descriptor)
+                raise IndexBusyError(
+                    f"another build is writing the index in {path.parent} ({holder}); two builds of one index "
+                    f"cannot run at once: run this one when that one has finished (its lock, {path}, is released "
+                    "when its process ends)"
+                ) from None
+            os.ftruncate(descriptor, 0)
+            started = time.strftime("%Y-%m-%d %H:%M:%S")
+            os.pwrite(descriptor, f"pid {os.getpid()} since {started}: {' '.join(sys.argv)[:300]}".encode(), 0)
+            _held_build_locks[path] = [descriptor, 1]
+    try:
+        yield
+    finally:
+        with _held_build_locks_guard:
+            held = _held_build_locks[path]
+            held[1] -= 1
+            if held[1] == 0:
+                del _held_build_locks[path]
+                os.close(held[0])
 
 
 def access_groups_of(document: Document) -> list[str]:

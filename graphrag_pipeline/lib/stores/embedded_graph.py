@@ -24,6 +24,7 @@ import numpy as np
 
 from graphrag_pipeline.lib.models import Entity, Relationship
 from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, check_page
+from graphrag_pipeline.lib.stores.sqlite_files import naming_damage
 
 SCHEMA_VERSION = 1
 
@@ -253,9 +254,10 @@ class EmbeddedGraphStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
         try:
-            self._conn.execute("PRAGMA busy_timeout = 30000")
-            self._conn.execute("PRAGMA cache_size = -65536")  # 64 MiB: the id indexes of a 300k-edge graph fit
-            self._open_schema()
+            with naming_damage(self.path):
+                self._conn.execute("PRAGMA busy_timeout = 30000")
+                self._conn.execute("PRAGMA cache_size = -65536")  # 64 MiB: the id indexes of a 300k-edge graph fit
+                self._open_schema()
         except BaseException:
             self._conn.close()
             raise
@@ -296,7 +298,7 @@ class EmbeddedGraphStore:
         """
         if self.read_only:
             raise PermissionError(f"graph store {self.path} is open read-only")
-        with self._lock:
+        with self._lock, naming_damage(self.path):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self._conn
@@ -309,7 +311,7 @@ class EmbeddedGraphStore:
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         """Lock, then one read transaction, so multi-statement reads see a single snapshot."""
-        with self._lock:
+        with self._lock, naming_damage(self.path):
             self._conn.execute("BEGIN")
             try:
                 yield self._conn
@@ -379,7 +381,7 @@ class EmbeddedGraphStore:
     # -- point reads ----------------------------------------------------------------------------------------------
 
     def _query(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
-        with self._lock:
+        with self._lock, naming_damage(self.path):
             return self._conn.execute(sql, parameters).fetchall()
 
     def get_entities(self, entity_ids: Iterable[str]) -> dict[str, Entity]:
@@ -473,7 +475,7 @@ class EmbeddedGraphStore:
 
     def _current_graph(self) -> _Adjacency:
         """The adjacency, (re)built when missing or when another connection has committed since it was built."""
-        with self._lock:
+        with self._lock, naming_damage(self.path):
             version = self._conn.execute("PRAGMA data_version").fetchone()[0]
             if self._graph is not None and version == self._graph_version:
                 return self._graph

@@ -1,0 +1,124 @@
+"""Self-healing rebuilds: a build after a store was deleted re-derives it (vectors from the embedding cache, the graph
+from the merged elements) and equals the index before the damage; a damaged SQLite file stops a build with an error
+naming the file and the fix, and `graphrag-pipeline repair` then a build restore the index; two processes cannot
+build one index at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from graphrag_pipeline.lib.embedders import LocalEmbedder
+from graphrag_pipeline.lib.stages import build_everything
+from graphrag_pipeline.lib.state import IndexBusyError, StateStore
+from graphrag_pipeline.lib.stores.sqlite_files import DamagedStoreError
+from graphrag_pipeline.lib.workspace import Workspace
+
+from .conftest import FIXTURES, folder_settings
+from .index_snapshot import assert_same_index, index_snapshot
+
+pytestmark = pytest.mark.slow
+
+
+def build(settings, embedder) -> dict:
+    with Workspace(settings, embedder=embedder) as ws:
+        return {report.stage: report.counts for report in build_everything(ws)}
+
+
+@pytest.fixture(scope="module")
+def original(tmp_path_factory):
+    root = tmp_path_factory.mktemp("healing")
+    shutil.copytree(FIXTURES / "multihop", root / "corpus")
+    settings = folder_settings(root / "index", root / "corpus", communities={"min_size": 2})
+    embedder = LocalEmbedder()
+    build(settings, embedder)
+    return {"root": root, "settings": settings, "embedder": embedder, "snapshot": index_snapshot(settings)}
+
+
+@pytest.fixture
+def damaged(original, tmp_path):
+    """A copy of the built index (vector shards are sparse: copied as such) to damage."""
+    subprocess.run(["cp", "-a", "--sparse=always", original["settings"].index_dir, str(tmp_path / "index")], check=True)
+    return original["settings"].with_overrides(index_dir=str(tmp_path / "index"))
+
+
+def cli(settings, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    config = Path(settings.index_dir).parent / "graphrag.yaml"
+    config.write_text(json.dumps({"index_dir": settings.index_dir, "shard_count": settings.shard_count,
+                                  "communities": {"min_size": 2},
+                                  "sources": [{"name": "t", "kind": "folder", "path": settings.sources[0].path}]}))
+    return subprocess.run([sys.executable, "-m", "graphrag_pipeline.cli", "--config", str(config), *args],
+                          capture_output=True, text=True, timeout=600, env=env)
+
+
+def test_a_build_after_the_vectors_folder_was_deleted_restores_every_vector_from_the_cache(original, damaged):
+    shutil.rmtree(Path(damaged.index_dir) / "vectors")
+    counts = build(damaged, original["embedder"])
+    chunks = len(original["snapshot"]["chunks"])
+    assert counts["embeddings"]["chunks_lost_points_restored"] == chunks
+    assert counts["embeddings"]["embedded"] == 0 and counts["embeddings"]["embedding_cache_hits"] == chunks
+    assert counts["graph"]["entities_lost_points_restored"] == len(original["snapshot"]["entities"])
+    assert counts["community_summaries"]["communities_lost_points_restored"] > 0
+    assert_same_index(index_snapshot(damaged), original["snapshot"])
+
+
+def test_a_build_after_the_graph_file_was_deleted_writes_the_graph_again(original, damaged):
+    (Path(damaged.index_dir) / "graph.sqlite").unlink()
+    counts = build(damaged, original["embedder"])
+    assert counts["graph"]["entity_store_differences"] == len(original["snapshot"]["entities"])
+    assert counts["graph"]["relationship_store_differences"] == len(original["snapshot"]["relationships"])
+    assert counts["graph"]["entities_written"] == len(original["snapshot"]["entities"])
+    assert_same_index(index_snapshot(damaged), original["snapshot"])
+
+
+def test_a_half_truncated_state_file_is_named_with_its_fix_and_repair_then_build_restores_the_index(
+        original, damaged):
+    state = Path(damaged.index_dir) / "state.sqlite"
+    os.truncate(state, state.stat().st_size // 2)
+    failed = cli(damaged, "build", "--json")
+    assert failed.returncode == 2, failed.stderr[-3000:]
+    assert "Traceback" not in failed.stderr
+    assert str(state) in failed.stderr and "is damaged" in failed.stderr
+    assert "graphrag-pipeline repair" in failed.stderr
+
+    repaired = cli(damaged, "repair")
+    assert repaired.returncode == 0, repaired.stderr[-3000:]
+    assert f"{state}: damaged" in repaired.stdout and f"{Path(damaged.index_dir) / 'graph.sqlite'}: ok" in repaired.stdout
+    assert not state.exists() and list(state.parent.glob("state.sqlite.damaged-*"))
+    build(damaged, original["embedder"])
+    assert_same_index(index_snapshot(damaged), original["snapshot"])
+
+
+def test_a_damaged_graph_file_is_named_with_its_fix(original, damaged):
+    graph = Path(damaged.index_dir) / "graph.sqlite"
+    with open(graph, "r+b") as handle:  # the header survives, every page after it is overwritten
+        handle.seek(100)
+        handle.write(b"\xff" * (graph.stat().st_size - 100))
+    with pytest.raises(DamagedStoreError, match="graph.sqlite is damaged .*graphrag-pipeline repair"):
+        build(damaged, original["embedder"])
+
+
+def test_two_processes_cannot_build_one_index_at_once(original, damaged):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from graphrag_pipeline.lib.state import StateStore; "
+         f"store = StateStore({str(Path(damaged.index_dir) / 'state.sqlite')!r}); print('holding', flush=True); "
+         "sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        second = cli(damaged, "build", "--json")
+        assert second.returncode == 2, second.stderr[-3000:]
+        assert "another build is writing the index" in second.stderr and f"pid {holder.pid}" in second.stderr
+        with pytest.raises(IndexBusyError):
+            StateStore(Path(damaged.index_dir) / "state.sqlite")
+    finally:
+        holder.send_signal(signal.SIGKILL)  # as a killed build: the operating system releases its lock
+        holder.wait()
+    StateStore(Path(damaged.index_dir) / "state.sqlite").close()
