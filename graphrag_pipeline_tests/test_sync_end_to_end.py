@@ -4,7 +4,6 @@ deleted document leaves nothing derived only from it anywhere (graph, vectors, s
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES
 from graphrag_pipeline.lib.workspace import Workspace
 
 from .conftest import SAMPLE_CORPUS
+from .index_snapshot import assert_same_index, index_snapshot
 
 pytestmark = pytest.mark.slow
 
@@ -59,30 +59,15 @@ def make_project(root: Path, names: list[str]) -> Path:
     return config
 
 
-def build(config: Path, embedder: LocalEmbedder | None = None) -> list:
-    with Workspace(load_settings(config), embedder=embedder) as ws:
+def build(config: Path, embedder: LocalEmbedder | None = None, index_dir: Path | None = None) -> list:
+    overrides = {"index_dir": str(index_dir)} if index_dir else {}
+    with Workspace(load_settings(config, **overrides), embedder=embedder) as ws:
         return build_everything(ws)
 
 
-def snapshot(config: Path) -> dict[str, object]:
-    """Everything the index derived from the corpus, by content-derived ids."""
-    with Workspace(load_settings(config)) as ws:
-        graph, vectors, state = ws.graph_store, ws.vector_store, ws.state
-        entity_ids = graph.all_entity_ids()
-        return {
-            "chunks": {c.chunk_id for c in state.chunks()},
-            "entities": {e.entity_id: (e.name, e.type, e.doc_ids) for e in graph.get_entities(entity_ids).values()},
-            "relationships": {
-                r.relationship_id: (r.source_id, r.target_id, r.type, r.doc_ids)
-                for r in graph.get_relationships(graph.all_relationship_ids()).values()
-            },
-            "mentions": graph.entities_of_chunks([c.chunk_id for c in state.chunks()]),
-            "chunk_points": vectors.point_ids(CHUNKS),
-            "entity_points": vectors.point_ids(ENTITIES),
-            "community_points": vectors.point_ids(COMMUNITIES),
-            "communities": set(state.community_payloads()),
-            "summaries": {cid: (p["title"], p["summary"]) for cid, p in state.community_summary_payloads().items()},
-        }
+def snapshot(config: Path, index_dir: Path | None = None) -> dict[str, object]:
+    """Everything the index derived from the corpus, record by record (`index_snapshot`)."""
+    return index_snapshot(load_settings(config, **({"index_dir": str(index_dir)} if index_dir else {})))
 
 
 @pytest.fixture(scope="module")
@@ -114,24 +99,20 @@ def synced(tmp_path_factory):
     finally:
         OfflineExtractor.extract = extracted_before
     after_edit = snapshot(config)
+    # From-scratch builds read the same folder (documents are identified by path and keep their file times).
+    build(config, index_dir=root / "fresh-edit")
+    fresh_edit = snapshot(config, root / "fresh-edit")
 
     (config.parent / "corpus" / DELETED).unlink()
     with build_sensor_context(cursor=cursor, resources=resources) as context:
         delete_requests = sensor_of("folder")(context)
     build(config)
     after_delete = snapshot(config)
-
-    fresh_edit = make_project(root / "fresh-edit", [])
-    shutil.copytree(config.parent / "corpus", fresh_edit.parent / "corpus", dirs_exist_ok=True)
-    shutil.copy(RUNBOOKS[7], fresh_edit.parent / "corpus" / DELETED)  # the corpus as it was after the edit
-    build(fresh_edit)
-    fresh_delete = make_project(root / "fresh-delete", [])
-    shutil.copytree(config.parent / "corpus", fresh_delete.parent / "corpus", dirs_exist_ok=True)
-    build(fresh_delete)
+    build(config, index_dir=root / "fresh-delete")
     return {
         "config": config, "requests": requests, "delete_requests": delete_requests, "embedder": embedder,
         "extract_calls": calls, "edit_reports": edit_reports, "after_edit": after_edit, "after_delete": after_delete,
-        "fresh_edit": snapshot(fresh_edit), "fresh_delete": snapshot(fresh_delete),
+        "fresh_edit": fresh_edit, "fresh_delete": snapshot(config, root / "fresh-delete"),
     }
 
 
@@ -156,24 +137,25 @@ def test_the_embedder_and_extractor_see_only_the_changed_chunks(synced):
 
 
 def test_an_incremental_sync_equals_a_from_scratch_build(synced):
-    assert synced["after_edit"] == synced["fresh_edit"]
-    assert synced["after_delete"] == synced["fresh_delete"]
+    assert_same_index(synced["after_edit"], synced["fresh_edit"])
+    assert_same_index(synced["after_delete"], synced["fresh_delete"])
 
 
 def test_a_deleted_document_leaves_nothing_derived_only_from_it(synced):
     before, after = synced["after_edit"], synced["after_delete"]
     doc_id = f"rb:{DELETED}"
-    only_from_it = {eid for eid, (_, _, docs) in before["entities"].items() if docs == (doc_id,)}
+    only_from_it = {eid for eid, entity in before["entities"].items() if entity["doc_ids"] == (doc_id,)}
     assert only_from_it, "the deleted runbook had entities of its own"
-    assert not only_from_it & set(after["entities"]) and not only_from_it & after["entity_points"]
-    assert all(doc_id not in docs for _, _, docs in after["entities"].values())
-    assert all(doc_id not in docs for *_, docs in after["relationships"].values())
-    gone_chunks = before["chunks"] - after["chunks"]
-    assert gone_chunks and not gone_chunks & after["chunk_points"] and not gone_chunks & set(after["mentions"])
-    names = {before["entities"][eid][0] for eid in only_from_it}
-    for title, summary in after["summaries"].values():
-        assert not any(name in title or f"{name} (" in summary for name in names), title
-    assert after["community_points"] == set(after["summaries"])
+    assert not only_from_it & set(after["entities"]) and not only_from_it & set(after["vectors"][ENTITIES])
+    assert all(doc_id not in entity["doc_ids"] for entity in after["entities"].values())
+    assert all(doc_id not in relationship["doc_ids"] for relationship in after["relationships"].values())
+    gone_chunks = set(before["chunks"]) - set(after["chunks"])
+    mentioned = {chunk_id for chunk_ids in after["mentions"].values() for chunk_id in chunk_ids}
+    assert gone_chunks and not gone_chunks & set(after["vectors"][CHUNKS]) and not gone_chunks & mentioned
+    names = {before["entities"][eid]["name"] for eid in only_from_it}
+    for summary in after["summaries"].values():
+        assert not any(name in summary["title"] or f"{name} (" in summary["summary"] for name in names), summary["title"]
+    assert set(after["vectors"][COMMUNITIES]) == set(after["summaries"])
 
 
 def test_the_ingest_report_says_what_changed_since_the_last_build(synced):

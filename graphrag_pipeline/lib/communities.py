@@ -96,15 +96,16 @@ def community_id(level: int, entity_ids: Sequence[str]) -> str:
 def community_content_hash(
     community: Community, entities: Mapping[str, Entity], source_titles: Sequence[str] = ()
 ) -> str:
-    """Hash of a community's membership, what its summary reads of each member (type and description) and the
-    titles it names as its sources: an unchanged hash means a reusable summary, and a retyped member retitles its
-    communities."""
+    """Hash of a community's membership, what its summary reads of each member (type, description, the chunks and
+    documents it stores and counts) and the titles it names as its sources: an unchanged hash means a reusable
+    summary, and a retyped member retitles its communities."""
     missing = [entity for entity in community.entity_ids if entity not in entities]
     if missing:
         raise ValueError(f"community {community.community_id} members are not in the entity map: {missing[:10]}")
     parts: list[str] = [str(SUMMARY_RULE_VERSION), community.community_id, *source_titles]
     for entity_id in sorted(community.entity_ids):
-        parts += (entity_id, entities[entity_id].type, entities[entity_id].description)
+        member = entities[entity_id]
+        parts += (entity_id, member.type, member.description, *member.chunk_ids, "|", *member.doc_ids, "|")
     return content_hash(*parts)
 
 
