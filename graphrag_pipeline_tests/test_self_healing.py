@@ -5,6 +5,8 @@ build one index at once."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import os
 import shutil
@@ -122,3 +124,18 @@ def test_two_processes_cannot_build_one_index_at_once(original, damaged):
         holder.send_signal(signal.SIGKILL)  # as a killed build: the operating system releases its lock
         holder.wait()
     StateStore(Path(damaged.index_dir) / "state.sqlite").close()
+
+
+def test_the_index_comparison_sees_a_stale_relationship_weight_and_a_stale_vector_payload(original, damaged):
+    """What an id-only comparison missed: the same ids with a stale weight, or a point with an outdated payload."""
+    with Workspace(damaged) as ws:
+        relationship = next(iter(ws.graph_store.get_relationships(ws.graph_store.all_relationship_ids()).values()))
+        ws.graph_store.upsert_relationships([dataclasses.replace(relationship, weight=relationship.weight + 1)])
+    with pytest.raises(AssertionError, match="relationships differ: .*weight"):
+        assert_same_index(index_snapshot(damaged), original["snapshot"])
+
+    stale = copy.deepcopy(original["snapshot"])
+    point_id, (payload, vector) = next(iter(stale["vectors"]["chunks"].items()))
+    stale["vectors"]["chunks"][point_id] = ({**payload, "title": "an old title"}, vector)
+    with pytest.raises(AssertionError, match="payload"):
+        assert_same_index(stale, original["snapshot"])
