@@ -6,11 +6,12 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 from graphrag_pipeline.lib import checks
-from graphrag_pipeline.lib.models import Quarantined
+from graphrag_pipeline.lib.models import Quarantined, VectorPoint
 from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorStore
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES
 from graphrag_pipeline.lib.workspace import Workspace
@@ -164,8 +165,9 @@ def test_quarantine_of_items_that_are_gone_no_longer_counts(index):
 
 
 def test_a_dagster_run_over_a_damaged_index_fails_the_check_in_the_run(tmp_path):
-    """Vectors lost from the published collection while the state still lists them: a re-materialization has nothing
-    to re-embed, so only the check tells — as an ERROR evaluation of the run, with the reason."""
+    """Vectors lost from the published collection while the state still lists them, and as many strangers in their
+    place: the build's reconciliation compares counts before ids, so a re-materialization sees nothing to restore
+    and only the check tells — as an ERROR evaluation of the run, with the reason."""
     from graphrag_pipeline.definitions import definitions_with
     from graphrag_pipeline.defs.partitions import SHARD_COUNT, shard_key
     from graphrag_pipeline.defs.resources import GraphRAGResource
@@ -180,6 +182,9 @@ def test_a_dagster_run_over_a_damaged_index_fails_the_check_in_the_run(tmp_path)
 
     store = EdgeVectorStore(tmp_path / "index" / "vectors")
     store.delete(CHUNKS, sorted(store.point_ids(CHUNKS))[:2])
+    stranger = np.zeros(store.dimension(CHUNKS), dtype=np.float32)
+    stranger[0] = 1.0
+    store.upsert(CHUNKS, [VectorPoint(f"chunk-stranger-{n}", stranger, {"doc_ids": ["t:gone.md"]}) for n in range(2)])
     store.publish()
     store.close()
     result = job.execute_in_process(tags=every_shard)
