@@ -1,6 +1,6 @@
 import pytest
 
-from graphrag_pipeline.lib.fusion import normalize_by_max, rank, reciprocal_rank_fusion, weighted_fusion
+from graphrag_pipeline.lib.fusion import cap_at_origin, normalize_by_max, rank, reciprocal_rank_fusion, weighted_fusion
 
 
 def test_weighted_fusion_blends_signals_and_counts_missing_as_zero():
@@ -36,3 +36,17 @@ def test_normalize_by_max_and_deterministic_ties():
     assert normalize_by_max({"a": 2.0, "b": 1.0, "c": 0.0}) == {"a": 1.0, "b": 0.5, "c": 0.0}
     assert normalize_by_max({"a": 0.0}) == {"a": 0.0}
     assert rank({"b": 1.0, "a": 1.0, "c": 2.0}) == ["c", "a", "b"]
+
+
+def test_a_candidate_reached_from_another_ranks_right_below_it_unless_its_other_signals_put_it_higher():
+    fused = {"origin": 0.5, "next_hop": 0.7, "strong": 0.8, "unrelated": 0.45, "other": 0.6}
+    without_graph = {"origin": 0.5, "next_hop": 0.3, "strong": 0.65, "unrelated": 0.45, "other": 0.6}
+    capped = cap_at_origin(fused, without_graph, {"next_hop": "origin", "strong": "origin", "gone": "origin"})
+    assert rank(capped) == ["strong", "other", "origin", "next_hop", "unrelated"]
+    assert capped["next_hop"] < capped["origin"] and capped["next_hop"] == pytest.approx(0.5)
+    assert capped["strong"] == 0.65  # its similarity alone is above the origin: the graph lifts it no further
+    assert {k: v for k, v in capped.items() if k not in ("next_hop", "strong")} == {
+        k: v for k, v in fused.items() if k not in ("next_hop", "strong")}
+    assert "gone" not in capped
+    # a graph score that does not lift a candidate above its origin is left alone
+    assert cap_at_origin({"a": 0.5, "b": 0.4}, {"a": 0.5, "b": 0.1}, {"b": "a"}) == {"a": 0.5, "b": 0.4}

@@ -12,7 +12,8 @@ What is pinned (see the retrievers' module docstring):
 * chunk graph score: max over reached entities of activation x specificity (1 / (1 + log10(mention count)))
   x 1.5 when the entity is the chunk's document title, clipped to 1; a chunk-seeded entity scores its own entry
   chunk only with the weight another entry chunk gave it;
-* fusion: 0.7 * vector + 0.3 * graph, or reciprocal-rank fusion of the two rankings;
+* fusion: 0.7 * vector + 0.3 * graph, or reciprocal-rank fusion of the two rankings, a passage reached from an entry
+  passage ranking no higher than it;
 * fallback to plain vector search when nothing is linked and the entry chunks mention no entity.
 """
 
@@ -29,7 +30,7 @@ import pytest
 
 from graphrag_pipeline.lib.chunking import WordTokenizer
 from graphrag_pipeline.lib.config import PipelineSettings
-from graphrag_pipeline.lib.fusion import rank, reciprocal_rank_fusion, weighted_fusion
+from graphrag_pipeline.lib.fusion import cap_at_origin, rank, reciprocal_rank_fusion, weighted_fusion
 from graphrag_pipeline.lib.ids import entity_id, normalize_name
 from graphrag_pipeline.lib.models import Entity
 from graphrag_pipeline.lib.stages import build_everything
@@ -452,17 +453,19 @@ def test_weighted_fusion_is_0_7_vector_plus_0_3_graph_plus_0_3_keyword_for_every
     candidates = entry | set(rank(retrieval.graph_scores)[:100]) | set(keyword)
     assert set(retrieval.combined) == candidates
     assert any(retrieval.graph_scores.get(c, 0) > 0 for c in candidates)
-    for chunk in candidates:
-        vector = retrieval.vector_scores.get(chunk, retrieval.vector_floor)
-        graph = retrieval.graph_scores.get(chunk, 0.0)
-        expected = 0.7 * vector + 0.3 * graph + 0.3 * keyword.get(chunk, 0.0)
-        assert retrieval.combined[chunk] == pytest.approx(expected, abs=1e-9)
+    without_graph = {c: 0.7 * retrieval.vector_scores.get(c, retrieval.vector_floor) + 0.3 * keyword.get(c, 0.0)
+                     for c in candidates}
+    fused = {c: without_graph[c] + 0.3 * retrieval.graph_scores.get(c, 0.0) for c in candidates}
+    assert retrieval.combined == pytest.approx(cap_at_origin(fused, without_graph, retrieval.reached_from), abs=1e-9)
 
     response = engine.query(question, fusion="weighted", top_k=10)
     assert response.results
     for result in response.results:
         expected = 0.7 * result.vector_score + 0.3 * result.graph_score + 0.3 * result.keyword_score
-        assert result.combined_score == pytest.approx(expected, abs=2e-6)
+        if result.chunk_id in retrieval.reached_from:
+            assert result.combined_score <= expected + 2e-6
+        else:
+            assert result.combined_score == pytest.approx(expected, abs=2e-6)
 
 
 @pytest.mark.parametrize("question", [BRIDGE_QUESTION, HUB_QUESTION, LAGOON_QUESTION])
@@ -474,16 +477,50 @@ def test_rrf_fusion_is_reciprocal_rank_fusion_of_the_vector_graph_and_keyword_ra
     graph_ranking = rank({c: s for c, s in retrieval.graph_scores.items() if c in candidates and s > 0})
     keyword_ranking = rank(retrieval.keyword_scores)
     assert graph_ranking and keyword_ranking
-    expected = reciprocal_rank_fusion(
-        {"vector": vector_ranking, "graph": graph_ranking, "keyword": keyword_ranking, "relation": [], "identifier": []},
-        k=60,
-        weights={"vector": 0.7, "graph": 0.3, "keyword": 0.3, "relation": 1.5, "identifier": 0.7},
+    weights = {"vector": 0.7, "graph": 0.3, "keyword": 0.3, "relation": 1.5, "identifier": 0.7}
+    rankings = {"vector": vector_ranking, "keyword": keyword_ranking, "relation": [], "identifier": []}
+    expected = cap_at_origin(
+        reciprocal_rank_fusion({**rankings, "graph": graph_ranking}, k=60, weights=weights),
+        reciprocal_rank_fusion(rankings, k=60, weights=weights),
+        retrieval.reached_from,
     )
     assert retrieval.combined == pytest.approx(expected, abs=1e-12)
     assert engine.settings.retrieval.rrf_k == 60
 
     response = engine.query(question, fusion="rrf", top_k=5, results="chunks")
     assert [r.chunk_id for r in response.results] == rank(expected)[:5]
+
+
+def test_a_passage_reached_from_an_entry_passage_ranks_right_after_it_not_above_it(tmp_path):
+    """The walk from the best entry passage's entity lifts that entity's own page (graph 1.0) above the entry passage
+    itself under plain weighted fusion; the next hop must follow the hop that led to it, still above a passage its
+    similarity alone would rank below."""
+    question = "Which harbour crane lifts the heaviest cargo?"
+    files = {
+        "crane-register.md":
+            "# Crane register\n\nThe harbour crane lifts the heaviest cargo; Brisk Tamsin repairs it.\n",
+        "brisk-tamsin.md": "# Brisk Tamsin\n\nBrisk Tamsin lifts cargo at the harbour.\n",
+        "cargo-manifest.md": "# Cargo manifest\n\nThe heaviest harbour crane cargo.\n",
+    }
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name, text in files.items():
+        (corpus / name).write_text(text, encoding="utf-8")
+    extraction = {"dictionary": {"PERSON": ["Brisk Tamsin"]}, "ner_labels": NO_NER, "title_entity_type": None}
+    settings = folder_settings(tmp_path / "index", corpus, extraction=extraction)
+    vocabulary = set().union(*map(content_words, [question, *files.values()]))
+    with build_and_open_index(settings, vocabulary) as engine:
+        chunk = {doc: c for doc, c in engine.state.query("SELECT doc_id, chunk_id FROM chunks")}
+        origin, neighbour, filler = (chunk[doc_id(name)] for name in files)
+        retrieval = engine.retrieve(question)
+        assert not retrieval.linked and retrieval.reached_from == {neighbour: origin}
+        uncapped = {c: 0.7 * retrieval.vector_scores[c] + 0.3 * retrieval.graph_scores.get(c, 0.0)
+                    for c in chunk.values()}
+        assert uncapped[neighbour] > uncapped[origin] > uncapped[filler]  # what the graph alone would do
+        assert 0.7 * retrieval.vector_scores[neighbour] < uncapped[filler]  # its similarity alone ranks it last
+        assert rank(retrieval.combined) == [origin, neighbour, filler]
+        assert retrieval.combined[origin] == pytest.approx(uncapped[origin])
+        assert retrieval.combined[neighbour] == pytest.approx(retrieval.combined[origin])
 
 
 # --- 6. fallback to plain vector search ---------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Mapping, Sequence
 
 
@@ -45,6 +46,21 @@ def reciprocal_rank_fusion(
         for rank, item in enumerate(ranking, start=1):
             fused[item] = fused.get(item, 0.0) + weight / (k + rank)
     return fused
+
+
+def cap_at_origin(
+    fused: Mapping[str, float], without_graph: Mapping[str, float], reached_from: Mapping[str, str],
+) -> dict[str, float]:
+    """A candidate the graph reached from another candidate ranks no higher than that one, unless its other signals
+    alone put it higher: its graph evidence is the other candidate's similarity passed on, so the hop that led to it
+    comes first. ``reached_from``: candidate -> the candidate its graph score came through; ``without_graph``: each
+    candidate's fused score with the graph signal left out."""
+    capped = dict(fused)
+    for item, origin in reached_from.items():
+        if item in fused and origin in fused and origin != item:
+            ceiling = max(without_graph.get(item, 0.0), math.nextafter(fused[origin], -math.inf))
+            capped[item] = min(fused[item], ceiling)
+    return capped
 
 
 def rank(scores: Mapping[str, float]) -> list[str]:

@@ -20,7 +20,9 @@ The chunk modes are two-phase GraphRAG retrieval:
    step: a passage that shares a rare entity with the passages that answer the question's first hop (or with the
    question itself) is likely its next hop. `graph` mode ranks by this score.
 5. `hybrid` mode fuses the two: `vector_weight·vector + graph_weight·graph` (default) or reciprocal-rank fusion of
-   the two rankings.
+   the two rankings. A chunk whose graph score came from an entry chunk's entities ranks no higher than that entry
+   chunk (unless its other signals alone put it higher): the next hop follows the hop that led to it instead of
+   pushing it out of the top results.
 No entity linked → plain vector search, flagged in the retrieval.
 
 `global` mode ranks community summaries by similarity to the question, for broad questions.
@@ -40,7 +42,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from graphrag_pipeline.lib.config import Ontology, RetrievalConfig
-from graphrag_pipeline.lib.fusion import rank, reciprocal_rank_fusion, weighted_fusion
+from graphrag_pipeline.lib.fusion import cap_at_origin, rank, reciprocal_rank_fusion, weighted_fusion
 from graphrag_pipeline.lib.ids import subject_key
 from graphrag_pipeline.lib.models import Chunk, Document, Entity, Relationship
 from graphrag_pipeline.lib.state import StateStore
@@ -176,6 +178,8 @@ class Retrieval:
     intents: list[RelationIntent] = field(default_factory=list)
     followed: list[Relationship] = field(default_factory=list)
     relation_scores: dict[str, float] = field(default_factory=dict)
+    # chunk id -> the entry chunk whose entities the walk that scored it started from
+    reached_from: dict[str, str] = field(default_factory=dict)
 
     def entity_path(self, candidate_id: str) -> tuple[str, ...]:
         """Entity ids from the question to the entity that brought the candidate in (none: similarity alone did):
@@ -317,6 +321,10 @@ class GraphRetriever(VectorRetriever):
         graph_scores, best_entity = self.chunk_graph_scores(result.reached, origin, link_bounds)
         result.graph_scores = graph_scores
         result.best_entity = {**best_entity, **result.best_entity}
+        result.reached_from = {
+            chunk_id: origin[seed][0] for chunk_id, eid in best_entity.items()
+            if (seed := result.reached[eid].path[0]) in origin and origin[seed][0] != chunk_id
+        }
         timings["graph_scores"] = elapsed_ms(started)
 
         started = time.perf_counter()
@@ -475,14 +483,19 @@ class HybridRetriever(GraphRetriever):
         }
         weights = {"vector": config.vector_weight, "graph": config.graph_weight, "keyword": config.keyword_weight,
                    "relation": config.relation_weight, "identifier": config.identifier_weight}
-        if parameters.fusion == "rrf":
-            return reciprocal_rank_fusion(
-                {name: rank(scores) if name == "vector" else rank({c: s for c, s in scores.items() if s > 0})
-                 for name, scores in signals.items()},
-                k=config.rrf_k,
-                weights=weights,
-            )
-        return weighted_fusion(signals, weights)
+
+        def fuse(signals: dict[str, dict[str, float]]) -> dict[str, float]:
+            if parameters.fusion == "rrf":
+                return reciprocal_rank_fusion(
+                    {name: rank(scores) if name == "vector" else rank({c: s for c, s in scores.items() if s > 0})
+                     for name, scores in signals.items()},
+                    k=config.rrf_k,
+                    weights=weights,
+                )
+            return weighted_fusion(signals, weights)
+
+        without_graph = fuse({name: scores for name, scores in signals.items() if name != "graph"})
+        return cap_at_origin(fuse(signals), without_graph, retrieval.reached_from)
 
 
 class GlobalRetriever:
