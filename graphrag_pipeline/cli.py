@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any, Sequence
 
+from graphrag_pipeline.lib.llm.clients import LLMError
 from graphrag_pipeline.lib.progress import TerminalProgressBar
 from graphrag_pipeline.lib.state import IndexBusyError
 from graphrag_pipeline.query.models import FUSIONS, GRANULARITIES, MODES
@@ -92,7 +93,7 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.error("eval builds its own index: use --work-dir to keep it, not --index-dir")
     try:
         return _run(args)
-    except (FileNotFoundError, ValueError, IndexBusyError) as error:
+    except (FileNotFoundError, ValueError, IndexBusyError, LLMError) as error:
         print(f"graphrag-pipeline: {error}", file=sys.stderr)
         return 2
 

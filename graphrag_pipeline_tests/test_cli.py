@@ -7,6 +7,7 @@ import os
 import pty
 import re
 import shutil
+import socket
 import subprocess
 import threading
 from pathlib import Path
@@ -337,6 +338,23 @@ def test_build_indexes_a_small_corpus_into_the_given_index_dir(tmp_path):
 
     stats = run_cli("--index-dir", str(index_dir), "graph", "stats", "--json", cwd=tmp_path, config=config)
     assert json.loads(stats.stdout)["entities"] == stages["graph"]["entities"]
+
+
+def test_a_build_whose_model_server_answers_nothing_exits_2_with_the_reason_and_no_traceback(tmp_path):
+    with socket.socket() as probe:  # a local port nothing listens on: refused at once
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    config = small_corpus(tmp_path)
+    settings = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({
+        **settings, "extraction": {"extractor": "llm"},
+        "llm": {"base_url": url, "max_retries": 1, "backoff_seconds": 0.01, "max_backoff_seconds": 0.02},
+    }))
+    completed = run_cli("build", "--json", cwd=tmp_path, config=config)
+    assert completed.returncode == 2
+    assert "Traceback" not in completed.stderr
+    last_line = completed.stderr.strip().splitlines()[-1]  # after the client's retry warnings
+    assert last_line.startswith("graphrag-pipeline: ") and url in last_line and "llm.base_url" in last_line
 
 
 def small_corpus(tmp_path: Path) -> Path:
