@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.lib.stores.neo4j_graph import Neo4jGraphStore
 from graphrag_pipeline.lib.workspace import Workspace
 
+from .cli_process import CLI, cli_env
 from .conftest import FIXTURES
 
 SECRETS = ("NEO4J_PASSWORD", "QDRANT_API_KEY")
@@ -102,8 +102,9 @@ def _mini_set(root: Path) -> Path:
 
 
 def _eval(set_dir: Path, env: dict[str, str], cwd: Path) -> dict:
-    result = subprocess.run([sys.executable, "-m", "graphrag_pipeline.cli", "eval", str(set_dir), "--json"],
-                            cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    result = subprocess.run([*CLI, "eval", str(set_dir), "--json"], cwd=cwd,
+                            env={**env, "PYTHONPATH": cli_env()["PYTHONPATH"]}, capture_output=True, text=True,
+                            timeout=900)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 

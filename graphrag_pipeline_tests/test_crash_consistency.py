@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from graphrag_pipeline.lib.embedders import LocalEmbedder
 from graphrag_pipeline.lib.stages import STAGES
 from graphrag_pipeline.lib.workspace import Workspace
 
+from .cli_process import CLI, cli_env
 from .conftest import FIXTURES, folder_settings
 from .index_snapshot import assert_same_index, index_snapshot
 
@@ -150,11 +150,11 @@ def test_a_process_killed_after_the_graph_writes_converges_after_a_delete(harnes
     config = tmp_path / "graphrag.yaml"
     config.write_text(json.dumps({"index_dir": str(index_dir), "shard_count": 4, "communities": {"min_size": 2},
                                   "sources": [{"name": "t", "kind": "folder", "path": str(corpus)}]}))
-    command = [sys.executable, "-m", "graphrag_pipeline.cli", "--config", str(config), "build", "--json"]
+    command = [*CLI, "--config", str(config), "build", "--json"]
     killed = subprocess.run(command, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, faults.CRASH_ENV: "graph:entities-written"})
+                            env={**cli_env(), faults.CRASH_ENV: "graph:entities-written"})
     assert killed.returncode == faults.KILLED_EXIT_CODE, killed.stderr[-2000:]
     (corpus / "nightjar.md").unlink()
-    rerun = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    rerun = subprocess.run(command, capture_output=True, text=True, timeout=600, env=cli_env())
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert_same_index(index_snapshot(settings_for(index_dir, corpus)), harness["expected"]["restricted-deleted"])
