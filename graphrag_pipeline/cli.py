@@ -63,6 +63,16 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("repair", parents=[config_flag, index_dir_flag],
                         help="check the index's SQLite files and set damaged ones aside for the next build to re-derive")
 
+    export = commands.add_parser("export", parents=[config_flag, index_dir_flag],
+                                 help="write the index as Parquet tables and a manifest (an operator's backup)")
+    export.add_argument("directory")
+    export.add_argument("--all", action="store_true", dest="everything",
+                        help="required: the export holds every document's text, restricted ones included")
+    load = commands.add_parser("import", parents=[config_flag, index_dir_flag],
+                               help="load an export into the configured backends, without embedding or extracting")
+    load.add_argument("directory")
+    load.add_argument("--json", action="store_true", help="JSON report")
+
     # eval builds its own index (in --work-dir or a temporary folder), so it takes no --index-dir.
     evaluate = commands.add_parser("eval", parents=[config_flag],
                                    help="build an index for an eval-set folder and score retrieval")
@@ -123,6 +133,8 @@ def _run(args: argparse.Namespace) -> int:
         return _build(args)
     if args.command == "repair":
         return _repair(args)
+    if args.command in ("export", "import"):
+        return _export_or_import(args)
 
     from graphrag_pipeline.query import open_index
 
@@ -162,6 +174,28 @@ def _build(args: argparse.Namespace) -> int:
         workspace.close()
         if bar is not None:
             bar.close()
+    payload = [{"stage": r.stage, "seconds": r.total_seconds, **r.counts} for r in reports]
+    _print(payload, args.json, "\n".join(f"{r.stage:<20} {r.total_seconds:>8.1f}s  {r.counts}" for r in reports))
+    return 0
+
+
+def _export_or_import(args: argparse.Namespace) -> int:
+    from graphrag_pipeline.lib.config import load_settings
+    from graphrag_pipeline.lib.parquet_io import export_index, import_index
+    from graphrag_pipeline.lib.workspace import Workspace
+
+    if args.command == "export" and not args.everything:
+        raise ValueError("an export holds every document's text, restricted ones included, unfiltered by access "
+                         "groups: pass --all to write it (an operator's backup; keep it where the index is kept)")
+    workspace = Workspace(load_settings(args.config, **({"index_dir": args.index_dir} if args.index_dir else {})))
+    try:
+        if args.command == "export":
+            manifest = export_index(workspace, args.directory)
+            print(json.dumps(manifest, indent=2))
+            return 0
+        reports = import_index(workspace, args.directory)
+    finally:
+        workspace.close()
     payload = [{"stage": r.stage, "seconds": r.total_seconds, **r.counts} for r in reports]
     _print(payload, args.json, "\n".join(f"{r.stage:<20} {r.total_seconds:>8.1f}s  {r.counts}" for r in reports))
     return 0
