@@ -38,7 +38,17 @@ UNSYNCED = "unsynced"
 
 BUILD_LOCK_FILE = "build.lock"  # beside state.sqlite: held by every writer of the index (see `build_lock`)
 
+# The version of the tables below. A change to them bumps it and adds the statements that bring an index of the
+# previous version up to it to _MIGRATIONS, so an existing index is migrated in place rather than rebuilt, and a
+# pipeline older than the index it opens refuses it instead of writing rows in a layout it does not know.
+SCHEMA_VERSION = 1
+_MIGRATIONS: dict[int, str] = {}  # version -> script that migrates an index of version - 1 to it
+
 _SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (   -- one row per migration applied to this index
+    version    INTEGER PRIMARY KEY,
+    applied_at REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS documents (
     doc_id TEXT PRIMARY KEY,
     shard INTEGER NOT NULL,
@@ -157,6 +167,7 @@ class StateStore:
             try:
                 with naming_damage(self.path):
                     self._connection().executescript(_SCHEMA)  # idempotent DDL; executescript manages its own transaction
+                self._migrate()
             except BaseException:
                 self.close()
                 raise
@@ -186,6 +197,25 @@ class StateStore:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        """Bring the index's tables to SCHEMA_VERSION, recording each step; refuse an index written by a newer
+        pipeline. An index from before versioning has every table of version 1, which the DDL above created."""
+        with self.transaction() as conn:
+            current = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0]
+            if current > SCHEMA_VERSION:
+                raise SchemaVersionError(
+                    f"{self.path} has state schema version {current}, newer than this pipeline's {SCHEMA_VERSION}: "
+                    "upgrade graphrag_pipeline to open it"
+                )
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                if version in _MIGRATIONS:
+                    for statement in filter(str.strip, _MIGRATIONS[version].split(";")):
+                        conn.execute(statement)
+                conn.execute("INSERT INTO schema_version VALUES (?, ?)", (version, time.time()))
+
+    def schema_version(self) -> int:
+        return self.query("SELECT COALESCE(MAX(version), 0) FROM schema_version")[0][0]
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         with naming_damage(self.path):
@@ -609,6 +639,10 @@ class StateStore:
         if stage is not None:
             sql, params = sql + " WHERE stage = ?", [stage]
         return [Quarantined(*row) for row in self.query(sql + " ORDER BY stage, item_id", params)]
+
+
+class SchemaVersionError(RuntimeError):
+    """The index's state was written by a newer pipeline whose tables this one does not know."""
 
 
 class IndexBusyError(RuntimeError):
