@@ -1,0 +1,175 @@
+"""Export an index as Parquet and import it elsewhere: the same answers, nothing embedded or extracted again."""
+
+import json
+import shutil
+
+import pandas
+import pytest
+import yaml
+
+from graphrag_pipeline.cli import main
+from graphrag_pipeline.lib.parquet_io import ExportMismatchError, export_index, import_index
+from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.query import open_index
+from graphrag_pipeline_tests.conftest import FIXTURES, build, folder_settings
+
+QUESTIONS = ("What to do when a pod is crash looping?", "Which disk array is degraded?")
+# restricted-only questions: the access rule must survive the round trip
+RESTRICTED = "Where is the payments ledger database?"
+
+
+def _answers(settings, **kwargs) -> list[dict]:
+    with open_index(settings=settings, **kwargs) as index:
+        return [index.query(question, mode=mode, groups=groups).to_dict()
+                for question in (*QUESTIONS, RESTRICTED) for mode in ("vector", "graph", "hybrid")
+                for groups in ([], ["payments-oncall"])]
+
+
+def _without_timings(answers: list[dict], places: int | None = None) -> list[str]:
+    """Whole responses, as JSON, minus what measures this run rather than the index; ``places``: scores rounded, for
+    stores that compute a cosine in another precision (qdrant-client in float64, Qdrant Edge in float32)."""
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if "seconds" not in k and "timing" not in k and k != "version"}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        if isinstance(value, float) and places is not None:
+            return round(value, places)
+        return value
+    return [json.dumps(strip(a), sort_keys=True, default=str) for a in answers]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    corpus = tmp_path_factory.mktemp("corpus")
+    for name in ("KubePodCrashLooping.md", "NodeRAIDDegraded.md"):
+        shutil.copy(FIXTURES / "runbooks" / name, corpus / name)
+    (corpus / "ledger.md").write_text("---\naccess_groups: [payments-oncall]\n---\n# Payments ledger\n\n"
+                                      "The payments ledger database ledger-db runs on host pg-ledger-01 in Frankfurt."
+                                      " The checkout-service writes to ledger-db.\n")
+    settings = folder_settings(tmp_path_factory.mktemp("embedded") / "index", corpus)
+    build(settings)
+    export_dir = tmp_path_factory.mktemp("export")
+    config = export_dir.parent / "graphrag.yaml"  # the build's settings, as an operator's configuration file
+    config.write_text(yaml.safe_dump({"index_dir": settings.index_dir, "shard_count": settings.shard_count,
+                                      "sources": [{"name": "t", "kind": "folder", "path": str(corpus)}]}))
+    assert main(["--config", str(config), "export", str(export_dir), "--all"]) == 0
+    return settings, corpus, export_dir
+
+
+def test_export_writes_every_table_and_a_manifest_pandas_reads(built):
+    settings, _, export_dir = built
+    manifest = json.loads((export_dir / "manifest.json").read_text())
+    assert manifest["embedder"]["dimension"] > 0 and manifest["extractor_key"]
+    assert manifest["contains_restricted_text"] is True
+    entities = pandas.read_parquet(export_dir / "entities.parquet")
+    assert len(entities) == manifest["counts"]["entities"] > 0
+    assert {"name", "type", "description"} <= set(entities.columns)
+    chunks = pandas.read_parquet(export_dir / "chunks.parquet")
+    assert chunks["vector"].map(len).eq(manifest["embedder"]["dimension"]).all()
+    documents = pandas.read_parquet(export_dir / "documents.parquet").set_index("doc_id")
+    assert list(documents.loc["t:ledger.md", "access_groups"]) == ["payments-oncall"]
+    assert all(manifest["counts"][t] > 0 for t in ("documents", "mentions", "relationships", "communities"))
+
+
+def test_export_without_all_is_refused(built, capsys):
+    settings, _, export_dir = built
+    assert main(["--index-dir", settings.index_dir, "export", str(export_dir / "again")]) == 2
+    assert "--all" in capsys.readouterr().err
+
+
+def test_import_into_a_fresh_index_answers_the_same_without_embedding_or_extracting(built, tmp_path):
+    settings, corpus, export_dir = built
+    target = folder_settings(tmp_path / "index", corpus)
+    workspace = Workspace(target)
+    try:
+        reports = import_index(workspace, export_dir)
+    finally:
+        workspace.close()
+    counts = {r.stage: r.counts for r in reports}
+    assert counts["embeddings"].get("embedded", 0) == 0 and counts["embeddings"]["embedding_cache_hits"] > 0
+    assert counts["extracted_elements"].get("extracted", 0) == 0
+    assert _without_timings(_answers(target)) == _without_timings(_answers(settings))
+
+
+@pytest.mark.slow
+@pytest.mark.server
+def test_import_into_bolt_and_qdrant_answers_the_same(built, tmp_path):
+    from graphrag_pipeline.lib.stores.neo4j_graph import Neo4jGraphStore
+    from graphrag_pipeline.lib.stores.qdrant_vectors import QdrantVectorStore
+    from graphrag_pipeline.lib.backends import open_state
+    from graphrag_pipeline.lib.embedders import configured_embedder
+    from graphrag_pipeline.query.versions import OpenIndex
+    from graphrag_pipeline_tests.contract.bolt_server import arcadedb_bolt_server
+
+    settings, corpus, export_dir = built
+    server = arcadedb_bolt_server()
+    database = server.create_database("import")
+    target = folder_settings(tmp_path / "index", corpus)
+    vectors = QdrantVectorStore(path=str(tmp_path / "qdrant"))
+    workspace = Workspace(target, graph_store=Neo4jGraphStore(server.uri, server.user, server.password, database,
+                                                              ontology=target.ontology),
+                          vector_store=vectors, published_vectors=vectors)
+    try:
+        import_index(workspace, export_dir)
+    finally:
+        workspace.close()
+    reopened = QdrantVectorStore(path=str(tmp_path / "qdrant"))
+    index = OpenIndex(target, state=open_state(target, read_only=True),
+                      graph_store=Neo4jGraphStore(server.uri, server.user, server.password, database,
+                                                  ontology=target.ontology),
+                      embedder=configured_embedder(target, query=True), open_vectors=lambda: reopened,
+                      published_version=lambda: None)
+    try:
+        on_servers = [index.query(question, mode=mode, groups=groups).to_dict()
+                      for question in (*QUESTIONS, RESTRICTED) for mode in ("vector", "graph", "hybrid")
+                      for groups in ([], ["payments-oncall"])]
+    finally:
+        index.close()
+    assert _without_timings(on_servers, places=5) == _without_timings(_answers(settings), places=5)
+
+
+def test_import_refuses_an_export_of_another_embedder(built, tmp_path):
+    _, corpus, export_dir = built
+    copy = tmp_path / "export"
+    shutil.copytree(export_dir, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["embedder"]["model"] = "some-other-model"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    workspace = Workspace(folder_settings(tmp_path / "index", corpus))
+    try:
+        with pytest.raises(ExportMismatchError, match="some-other-model"):
+            import_index(workspace, copy)
+        assert workspace.state.document_count() == 0  # refused before anything was written
+    finally:
+        workspace.close()
+
+
+def test_export_is_idempotent_and_import_twice_changes_nothing(built, tmp_path):
+    settings, corpus, export_dir = built
+    target = folder_settings(tmp_path / "index", corpus)
+    for _ in range(2):
+        workspace = Workspace(target)
+        try:
+            import_index(workspace, export_dir)
+        finally:
+            workspace.close()
+    workspace = Workspace(target)
+    try:
+        again = export_index(workspace, tmp_path / "re-export")
+    finally:
+        workspace.close()
+    original = json.loads((export_dir / "manifest.json").read_text())
+    assert again["counts"] == original["counts"]
+    for table in ("documents", "chunks", "entities", "relationships", "communities", "community_summaries"):
+        assert pandas.read_parquet(tmp_path / "re-export" / f"{table}.parquet").equals(
+            pandas.read_parquet(export_dir / f"{table}.parquet")), table
+
+
+def test_import_of_an_unfinished_export_names_the_missing_manifest(tmp_path):
+    workspace = Workspace(folder_settings(tmp_path / "index", tmp_path))
+    try:
+        with pytest.raises(FileNotFoundError, match="manifest.json"):
+            import_index(workspace, tmp_path)
+    finally:
+        workspace.close()
