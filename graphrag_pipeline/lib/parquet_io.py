@@ -38,7 +38,7 @@ class ExportMismatchError(ValueError):
     """The export was made with another embedder than the configuration's: its vectors would not be comparable."""
 
 
-def export_tables(state: StateStore, embedder_model: str, extractor_key: str) -> dict[str, pa.Table]:
+def export_tables(state: StateStore, embedder_model: str) -> dict[str, pa.Table]:
     """Every table of the index, read from the state store (the system of record of the derived stores)."""
     documents = state.documents()
     chunked_keys = dict(state.query("SELECT doc_id, chunked_key FROM documents"))
@@ -211,7 +211,7 @@ def load_state(state: StateStore, tables: dict[str, pa.Table], embedder_model: s
 
 def export_index(ws: Workspace, directory: str | Path) -> dict[str, Any]:
     """Write the workspace's index to ``directory`` as Parquet tables and a manifest; returns the manifest."""
-    tables = export_tables(ws.state, ws.embedder.name, ws.extractor_key)
+    tables = export_tables(ws.state, ws.embedder.name)
     manifest = {"embedder": {"model": ws.embedder.name, "dimension": ws.embedding_dimension},
                 "extractor_key": ws.extractor_key, "shard_count": ws.settings.shard_count,
                 "backends": {"graph": ws.settings.backends.graph, "vector": ws.settings.backends.vector},
