@@ -1,33 +1,41 @@
 """Contract of the state store (lib/stores/state_protocol.py): every implementation passes the same tests.
 
-Implementations so far: SQLite (lib/state.py). A PostgreSQL one joins `STATE_IMPLEMENTATIONS` when it exists.
+Implementations: SQLite (lib/state.py) and PostgreSQL (lib/stores/postgres_state.py, on the tests' server:
+graphrag_pipeline_tests/postgres.py, a database per test).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
+
+from typing import Protocol
 
 import numpy as np
 import pytest
 
-from graphrag_pipeline.lib.models import Chunk, Document, Quarantined
+from graphrag_pipeline.lib.models import Chunk, ChunkExtraction, Document, EntityMention, Quarantined
 from graphrag_pipeline.lib.state import SCHEMA_VERSION, SchemaVersionError, StateStore
+from graphrag_pipeline.lib.stores.postgres_state import PostgresStateStore
 from graphrag_pipeline.lib.stores.state_protocol import StateStoreProtocol
-
-OpenState = Callable[[], StateStoreProtocol]  # opens the same index again each call
-
-
-def _sqlite(tmp_path: Path) -> OpenState:
-    return lambda: StateStore(tmp_path / "state.sqlite")
+from graphrag_pipeline_tests.postgres import throwaway_database
 
 
-STATE_IMPLEMENTATIONS = {"sqlite": _sqlite}
+class OpenState(Protocol):
+    """Opens the same index again on each call."""
+
+    def __call__(self, *, read_only: bool = False) -> StateStoreProtocol: ...
 
 
-@pytest.fixture(params=sorted(STATE_IMPLEMENTATIONS))
-def open_state(request: pytest.FixtureRequest, tmp_path: Path) -> OpenState:
-    return STATE_IMPLEMENTATIONS[request.param](tmp_path)
+@pytest.fixture(params=["sqlite", "postgres"])
+def open_state(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenState]:
+    if request.param == "sqlite":
+        yield lambda read_only=False: StateStore(tmp_path / "state.sqlite", read_only=read_only)
+        return
+    server = request.getfixturevalue("postgres_server")
+    with throwaway_database(server) as database:
+        url = f"postgresql://{server.user}:{server.password}@{server.host}:{server.port}/{database}"
+        yield lambda read_only=False: PostgresStateStore(url, read_only=read_only)
 
 
 @pytest.fixture
@@ -68,7 +76,7 @@ def test_index_of_a_newer_schema_is_refused(open_state: OpenState) -> None:
     store.close()
     with pytest.raises(SchemaVersionError, match=f"version {SCHEMA_VERSION + 1}, newer"):
         open_state()
-    reopened_for_reading = StateStore(store.path, read_only=True)
+    reopened_for_reading = open_state(read_only=True)
     assert reopened_for_reading.query("SELECT COUNT(*) FROM embedding_cache") == [(1,)]
     reopened_for_reading.close()
 
@@ -152,3 +160,46 @@ def test_quarantine_keeps_the_reason_until_cleared(state: StateStoreProtocol) ->
     assert state.quarantined("chunk") == [Quarantined("chunk", "a", "too large", "raw")]
     state.clear_quarantine("chunk", ["a"])
     assert [q.item_id for q in state.quarantined()] == ["c1"]
+
+
+def _extraction(chunk_id: str, name: str) -> ChunkExtraction:
+    return ChunkExtraction(chunk_id, (EntityMention(name, "service", "", chunk_id, "pattern"),), ())
+
+
+def test_extractions_of_a_family_stand_in_until_replaced(state: StateStoreProtocol) -> None:
+    doc = _document("a", "alpha")
+    state.upsert_documents([doc], {"a": 0})
+    state.replace_chunks(doc, 0, _chunks(doc, 2), "k")
+    state.store_extractions("rules+v1", [_extraction("a#0", "old0"), _extraction("a#1", "old1")])
+    state.store_extractions("rules+v2", [_extraction("a#0", "new0")])
+    assert state.extractions(["a#0", "a#1"], "rules+v2") == {"a#0": _extraction("a#0", "new0")}
+    live = [(doc_id, chunk_id, e.entities[0].name) for doc_id, chunk_id, e in state.live_extractions("rules+v2", "rules")]
+    assert live == [("a", "a#0", "new0"), ("a", "a#1", "old1")]
+    assert state.stale_extraction_chunks("rules+v2", "rules") == ["a#1"]
+
+    state.replace_chunks(doc, 0, _chunks(doc, 1), "k")  # a#1 is gone
+    assert state.prune_extractions("rules+v2", "rules") == 2  # a#1's old one, a#0's replaced old one
+    assert state.extractions(["a#0", "a#1"], "rules+v1") == {}
+
+
+def test_source_bookkeeping(state: StateStoreProtocol) -> None:
+    state.record_source_marks("wiki", {0: ("2026-01-01", "2026-02-01"), 1: ("2026-01-02", "2026-02-01")})
+    state.record_source_marks("wiki", {0: ("2026-03-01", "2026-03-01")})
+    assert state.source_marks("wiki", [0, 2]) == {0: ("2026-03-01", "2026-03-01")}
+    assert state.source_marks("wiki", []) == {}
+    state.record_seen_sources([0], {"wiki:a": "h1", "wiki:b": "h2"}, {"wiki:a": 0, "wiki:b": 0}, "wiki")
+    state.record_seen_sources([0], {"wiki:a": "h1b"}, {"wiki:a": 0}, "wiki")  # b no longer seen
+    assert state.seen_source_hashes() == {"wiki:a": "h1b"}
+    state.store_source_extractions({"wiki:a": {"entities": ["x"]}})
+    assert state.source_extractions(["wiki:a", "wiki:b"]) == {"wiki:a": {"entities": ["x"]}}
+
+
+def test_communities_and_summaries(state: StateStoreProtocol) -> None:
+    state.replace_communities({"c1": (0, '{"members": ["e1"]}'), "c2": (1, '{"members": ["e2"]}')})
+    state.replace_communities({"c1": (0, '{"members": ["e1", "e3"]}')})
+    assert state.community_payloads() == {"c1": {"members": ["e1", "e3"]}}
+    assert state.community_payloads([]) == {}
+    state.replace_community_summaries({"c1": ("h1", '{"summary": "one"}'), "c2": ("h2", '{"summary": "two"}')}, [])
+    state.replace_community_summaries({}, ["c2"])
+    assert state.community_summary_hashes() == {"c1": "h1"}
+    assert state.community_summary_payloads(["c1"]) == {"c1": {"summary": "one"}}

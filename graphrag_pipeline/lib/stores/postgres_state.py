@@ -1,0 +1,110 @@
+"""The state store in PostgreSQL: the same tables and statements as the SQLite store (lib/state.py), on a server.
+
+The SQLite store's methods are inherited unchanged; its statements reach the server through `_PostgresConnection`,
+which translates the few SQLite forms they use (`?` placeholders, `INSERT OR REPLACE`, an empty `IN ()`), so the
+two implementations cannot drift apart in what they store. The state contract suite runs against both.
+Opening touches no local file: no build lock file (concurrent runs on one index are the scale-out work's part).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import psycopg2
+
+from graphrag_pipeline.lib import state
+
+# Per table written with INSERT OR REPLACE: its primary key, then its other columns, in the schema's order.
+_UPSERT_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "chunks": (("chunk_id",), ("doc_id", "shard", "position", "text", "token_count", "start_char", "end_char",
+                               "headings")),
+    "embedding_cache": (("model", "text_hash"), ("vector",)),
+    "indexed_points": (("collection", "point_id"), ("shard", "point_key")),
+    "extractions": (("chunk_id", "extractor_key"), ("payload",)),
+    "elements": (("kind", "element_id"), ("content_hash", "payload")),
+    "synced": (("kind", "element_id"), ("content_hash",)),
+    "community_summaries": (("community_id",), ("content_hash", "payload")),
+    "quarantine": (("stage", "item_id"), ("reason", "raw", "recorded_at")),
+    "source_marks": (("source", "shard"), ("modified_through", "full_read_at")),
+    "seen_sources": (("doc_id",), ("shard", "content_hash")),
+    "source_extractions": (("doc_id",), ("payload",)),
+}
+_INSERT_OR_REPLACE = re.compile(r"INSERT OR REPLACE INTO (\w+) VALUES")
+
+_SCHEMA = state._SCHEMA.replace(" BLOB ", " BYTEA ").replace(" REAL ", " DOUBLE PRECISION ")
+
+
+def to_postgres(sql: str) -> str:
+    """A statement of the SQLite store in PostgreSQL's dialect."""
+    match = _INSERT_OR_REPLACE.search(sql)
+    if match:
+        key, others = _UPSERT_COLUMNS[match.group(1)]
+        updates = ", ".join(f"{column} = excluded.{column}" for column in others)
+        sql = sql.replace("INSERT OR REPLACE INTO", "INSERT INTO") + f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}"
+    return sql.replace("%", "%%").replace("?", "%s").replace("IN ()", "IN (NULL)")
+
+
+class _PostgresConnection:
+    """The part of sqlite3.Connection the SQLite store's methods use, on a psycopg2 connection."""
+
+    def __init__(self, connection: Any):
+        self.connection = connection
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        cursor = self.connection.cursor()
+        cursor.execute(to_postgres(sql), tuple(params))
+        return cursor
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> Any:
+        cursor = self.connection.cursor()
+        cursor.executemany(to_postgres(sql), [tuple(row) for row in rows])
+        return cursor
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+class PostgresStateStore(state.StateStore):
+    """The state of one index in a PostgreSQL database (one connection per thread)."""
+
+    def __init__(self, url: str, *, read_only: bool = False):
+        self.url = url
+        self.path = Path(re.sub(r"//[^@/]*@", "//", url))  # for messages only: the URL without its credentials
+        self.read_only = read_only
+        self._local = threading.local()
+        self._lock = None
+        if not read_only:
+            try:
+                self._connection().execute(_SCHEMA)
+                self._migrate()
+            except BaseException:
+                self.close()
+                raise
+
+    def _connection(self) -> _PostgresConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            raw = psycopg2.connect(self.url)
+            raw.autocommit = True  # explicit transactions below, as in the SQLite store
+            if self.read_only:
+                raw.set_session(readonly=True, autocommit=True)
+            conn = self._local.conn = _PostgresConnection(raw)
+        return conn
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[_PostgresConnection]:
+        conn = self._connection()
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        return self._connection().execute(sql, params).fetchall()
