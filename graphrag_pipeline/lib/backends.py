@@ -24,6 +24,9 @@ from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.protocols import GraphStore, VectorStore
 
 
+DATABASE_URL = "DATABASE_URL"  # the PostgreSQL state store's server and database, with credentials
+
+
 def state_path(settings: PipelineSettings) -> Path:
     return Path(settings.index_dir) / "state.sqlite"
 
@@ -45,6 +48,11 @@ def vectors_path(settings: PipelineSettings) -> Path:
 
 
 def open_state(settings: PipelineSettings, *, read_only: bool = False) -> StateStore:
+    if settings.backends.state == "postgres":
+        from graphrag_pipeline.lib.stores.postgres_state import PostgresStateStore
+
+        # The URL carries the password, so it is a secret: from the environment only, never from settings files.
+        return PostgresStateStore(_secret(DATABASE_URL, required=True), read_only=read_only)
     return StateStore(state_path(settings), read_only=read_only)
 
 
@@ -94,7 +102,7 @@ def published_vector_version(settings: PipelineSettings) -> str | None:
 def store_kinds(settings: PipelineSettings) -> dict[str, str]:
     """What each store is, by the names Dagster shows as asset kinds."""
     return {"graph": "neo4j" if settings.backends.graph == "neo4j" else "sqlite", "vectors": "qdrant",
-            "state": "sqlite"}
+            "state": settings.backends.state}
 
 
 def _required(value: str | None, setting: str, variable: str) -> str:

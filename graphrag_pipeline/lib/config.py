@@ -401,14 +401,16 @@ class QdrantConfig(StrictModel):
 
 
 class BackendsConfig(StrictModel):
-    """Which store holds the graph and the vectors; `lib/backends.py` builds them from this and nothing else."""
+    """Which store holds the state, the graph and the vectors; `lib/backends.py` builds them from this and nothing
+    else."""
 
+    state: Literal["sqlite", "postgres"] = "sqlite"  # environment: STATE_BACKEND; postgres: the server at $DATABASE_URL
     graph: Literal["embedded", "neo4j"] = "embedded"  # environment: GRAPH_BACKEND
     vector: Literal["embedded", "qdrant"] = "embedded"  # environment: VECTOR_BACKEND
     neo4j: Neo4jConfig = Neo4jConfig()
     qdrant: QdrantConfig = QdrantConfig()
 
-    @field_validator("graph", "vector", mode="before")
+    @field_validator("state", "graph", "vector", mode="before")
     @classmethod
     def _lower_case(cls, value: Any) -> Any:
         return value.strip().lower() if isinstance(value, str) else value
@@ -417,6 +419,7 @@ class BackendsConfig(StrictModel):
 # Environment variables that override the configuration files (deployments set backends and addresses this way; a
 # variable that is set but empty counts as unset).
 ENVIRONMENT_OVERRIDES = {
+    "STATE_BACKEND": ("backends", "state"),
     "GRAPH_BACKEND": ("backends", "graph"),
     "VECTOR_BACKEND": ("backends", "vector"),
     "NEO4J_URI": ("backends", "neo4j", "uri"),

@@ -14,6 +14,8 @@ from typing import Protocol
 import numpy as np
 import pytest
 
+from graphrag_pipeline.lib import backends
+from graphrag_pipeline.lib.config import ENVIRONMENT_OVERRIDES, load_settings
 from graphrag_pipeline.lib.models import Chunk, ChunkExtraction, Document, EntityMention, Quarantined
 from graphrag_pipeline.lib.state import SCHEMA_VERSION, SchemaVersionError, StateStore
 from graphrag_pipeline.lib.stores.postgres_state import PostgresStateStore
@@ -203,3 +205,27 @@ def test_communities_and_summaries(state: StateStoreProtocol) -> None:
     state.replace_community_summaries({}, ["c2"])
     assert state.community_summary_hashes() == {"c1": "h1"}
     assert state.community_summary_payloads(["c1"]) == {"c1": {"summary": "one"}}
+
+
+def test_state_backend_postgres_selected_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                              postgres_server) -> None:
+    for variable in ENVIRONMENT_OVERRIDES:
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.delenv(backends.DATABASE_URL, raising=False)
+    monkeypatch.setenv("STATE_BACKEND", "Postgres")
+    settings = load_settings(index_dir=str(tmp_path / "index"))
+    with pytest.raises(ValueError, match=r"\$DATABASE_URL must be set"):
+        backends.open_state(settings)
+    with throwaway_database(postgres_server) as database:
+        server = postgres_server
+        monkeypatch.setenv(
+            backends.DATABASE_URL, f"postgresql://{server.user}:{server.password}@{server.host}:{server.port}/{database}"
+        )
+        writer = backends.open_state(settings)
+        writer.upsert_documents([_document("a", "alpha")], {"a": 0})
+        writer.close()
+        reader = backends.open_state(settings, read_only=True)
+        assert isinstance(reader, PostgresStateStore) and reader.document_hashes() == {"a": "hash-alpha"}
+        reader.close()
+    assert backends.store_kinds(settings)["state"] == "postgres"
+    assert list(tmp_path.iterdir()) == []  # no local file: no index folder, no lock
