@@ -29,18 +29,11 @@ def ring_of_triangles(count: int) -> list[tuple[str, str, float]]:
     return edges
 
 
-@pytest.fixture(scope="module")
-def graspologic_loaded():
-    """Pays graspologic's multi-second import once for the module."""
-    pytest.importorskip("graspologic.partition")
-
-
 def member_sets(communities: list[Community], level: int) -> set[frozenset[str]]:
     return {frozenset(c.entity_ids) for c in communities if c.level == level}
 
 
-@pytest.mark.slow
-def test_two_cliques_joined_by_a_weak_edge_are_two_communities(graspologic_loaded):
+def test_two_cliques_joined_by_a_weak_edge_are_two_communities():
     communities = detect_communities(TWO_CLIQUES, max_cluster_size=10, seed=42)
 
     leaves = [c for c in communities if not c.child_ids]
@@ -53,8 +46,7 @@ def test_two_cliques_joined_by_a_weak_edge_are_two_communities(graspologic_loade
         assert list(community.entity_ids) == sorted(community.entity_ids)
 
 
-@pytest.mark.slow
-def test_large_clusters_are_split_into_linked_child_levels(graspologic_loaded):
+def test_large_clusters_are_split_into_linked_child_levels():
     communities = detect_communities(ring_of_triangles(30), max_cluster_size=4, seed=42)
     by_id = {c.community_id: c for c in communities}
 
@@ -80,8 +72,7 @@ def test_large_clusters_are_split_into_linked_child_levels(graspologic_loaded):
     }
 
 
-@pytest.mark.slow
-def test_same_seed_gives_identical_output_and_edge_order_does_not_matter(graspologic_loaded):
+def test_same_seed_gives_identical_output_and_edge_order_does_not_matter():
     edges = ring_of_triangles(30)
     first = detect_communities(edges, max_cluster_size=4, seed=7)
     assert detect_communities(edges, max_cluster_size=4, seed=7) == first
@@ -90,8 +81,7 @@ def test_same_seed_gives_identical_output_and_edge_order_does_not_matter(graspol
     assert detect_communities(shuffled, max_cluster_size=4, seed=7) == first
 
 
-@pytest.mark.slow
-def test_ids_change_only_for_communities_whose_membership_changes(graspologic_loaded):
+def test_ids_change_only_for_communities_whose_membership_changes():
     before = {frozenset(c.entity_ids): c.community_id for c in detect_communities(TWO_CLIQUES, seed=42)}
     grown = TWO_CLIQUES + [("b5", f"b{i}", 1.0) for i in range(5)]
     after = {frozenset(c.entity_ids): c.community_id for c in detect_communities(grown, seed=42)}
@@ -104,8 +94,7 @@ def test_ids_change_only_for_communities_whose_membership_changes(graspologic_lo
     assert old_b not in after.values()
 
 
-@pytest.mark.slow
-def test_duplicates_are_summed_and_self_loops_and_zero_weights_ignored(graspologic_loaded):
+def test_duplicates_are_summed_and_self_loops_and_zero_weights_ignored():
     clean = detect_communities(TWO_CLIQUES, seed=42)
     # The a-clique edges split in two halves, one reversed, plus self-loops and a zero-weight edge to a new node.
     halved = [(s, t, w / 2) for s, t, w in TWO_CLIQUES] + [(t, s, w / 2) for s, t, w in TWO_CLIQUES]

@@ -54,13 +54,16 @@ def detect_communities(
     if not graph:
         return []
 
-    # Imported here: graspologic pulls in numba, sklearn and friends, several seconds that most callers never need.
-    from graspologic.partition import hierarchical_leiden
+    # graspologic's own Leiden engine, called as graspologic.partition.hierarchical_leiden calls it with its defaults
+    # (same clusters for the same edges and seed): graspologic itself imports matplotlib, numba and sklearn, seconds
+    # per process, and matplotlib writes a font cache into $HOME, a local file the production tier must not write.
+    from graspologic_native import hierarchical_leiden
 
-    clusters = hierarchical_leiden(graph, max_cluster_size=max_cluster_size, random_seed=seed)
+    clusters = hierarchical_leiden(edges=graph, starting_communities=None, resolution=1.0, randomness=0.001,
+                                   iterations=1, use_modularity=True, max_cluster_size=max_cluster_size, seed=seed)
 
-    # graspologic reports one row per (node, level); a cluster is identified by (level, cluster number) and its
-    # parent_cluster is a cluster number one level up.
+    # One row per (node, level); a cluster is identified by (level, cluster number) and its parent_cluster is a
+    # cluster number one level up.
     members: dict[tuple[int, int], list[str]] = defaultdict(list)
     parent_of: dict[tuple[int, int], tuple[int, int] | None] = {}
     for row in clusters:
@@ -73,7 +76,7 @@ def detect_communities(
     for key, parent in parent_of.items():
         if parent is not None:
             if parent not in ids:
-                raise RuntimeError(f"graspologic returned cluster {key} whose parent {parent} has no members")
+                raise RuntimeError(f"Leiden returned cluster {key} whose parent {parent} has no members")
             children[parent].append(ids[key])
 
     communities = [
