@@ -82,8 +82,11 @@ def open_vector_store(settings: PipelineSettings, *, reader: bool = False) -> Ve
     if backends.vector == "qdrant":
         from graphrag_pipeline.lib.stores.qdrant_vectors import QdrantVectorStore
 
-        url = _required(backends.qdrant.url, "backends.qdrant.url", "QDRANT_URL")
-        return QdrantVectorStore(url=url, api_key=_secret(backends.qdrant.api_key_env, required=False))
+        qdrant = backends.qdrant
+        if qdrant.path and not qdrant.url:
+            return QdrantVectorStore(path=qdrant.path)
+        url = _required(qdrant.url, "backends.qdrant.url", "QDRANT_URL")
+        return QdrantVectorStore(url=url, api_key=_secret(qdrant.api_key_env, required=False))
     from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorReader, EdgeVectorStore
 
     return EdgeVectorReader(vectors_path(settings)) if reader else EdgeVectorStore(vectors_path(settings))

@@ -397,6 +397,9 @@ class Neo4jConfig(StrictModel):
 
 class QdrantConfig(StrictModel):
     url: str | None = None  # http://host:6333; environment: QDRANT_URL
+    # Without a url: qdrant-client's local mode in this folder (one process at a time: a laptop, CI); environment:
+    # QDRANT_PATH
+    path: str | None = None
     api_key_env: str = "QDRANT_API_KEY"  # the variable holding the API key, if the server wants one
 
 
@@ -426,6 +429,7 @@ ENVIRONMENT_OVERRIDES = {
     "NEO4J_USER": ("backends", "neo4j", "user"),
     "NEO4J_DATABASE": ("backends", "neo4j", "database"),
     "QDRANT_URL": ("backends", "qdrant", "url"),
+    "QDRANT_PATH": ("backends", "qdrant", "path"),
 }
 
 

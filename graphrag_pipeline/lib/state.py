@@ -214,6 +214,10 @@ class StateStore:
                         conn.execute(statement)
                 conn.execute("INSERT INTO schema_version VALUES (?, ?)", (version, time.time()))
 
+    def exists(self) -> bool:
+        """Whether a build has created this index's state (a read-only store of a missing file creates none)."""
+        return self.path.is_file()
+
     def schema_version(self) -> int:
         return self.query("SELECT COALESCE(MAX(version), 0) FROM schema_version")[0][0]
 

@@ -50,19 +50,15 @@ def open_index(
         settings = load_settings(config_path, **overrides)
     elif index_dir is not None:
         settings = settings.with_overrides(index_dir=str(index_dir))
-    from graphrag_pipeline.lib.backends import (
-        open_graph_store,
-        open_state,
-        open_vector_store,
-        published_vector_version,
-        state_path,
-    )
+    from graphrag_pipeline.lib.backends import open_graph_store, open_state, open_vector_store, published_vector_version
     from graphrag_pipeline.lib.embedders import configured_embedder
 
-    if not state_path(settings).is_file():
-        raise IndexNotFoundError(f"no index at {Path(settings.index_dir).resolve()}: materialize the pipeline's "
-                                 f"assets first")
     state = open_state(settings, read_only=True)
+    if not state.exists():
+        state.close()
+        # a PostgreSQL state is named by its URL without the credentials
+        where = state.path if settings.backends.state == "postgres" else Path(settings.index_dir).resolve()
+        raise IndexNotFoundError(f"no index at {where}: materialize the pipeline's assets first")
     try:
         graph_store = open_graph_store(settings, read_only=True)
     except FileNotFoundError as error:  # the first build has not reached the graph stage

@@ -37,7 +37,7 @@ from dagster import (
 
 from graphrag_pipeline.defs.partitions import SHARDS, shard_key
 from graphrag_pipeline.defs.resources import GraphRAGResource
-from graphrag_pipeline.lib.backends import open_state, state_path
+from graphrag_pipeline.lib.backends import open_state
 from graphrag_pipeline.lib.changes import changed_shards, of_sources, shard_fingerprints, source_hashes
 from graphrag_pipeline.lib.sources.registry import READERS, poll_seconds
 from graphrag_pipeline.lib.stages import CORPUS_WIDE, PER_DOCUMENT
@@ -78,10 +78,10 @@ def indexed_fingerprints(graphrag: GraphRAGResource, kind: str | None = None) ->
     """Fingerprints of what the index holds (of the sources of one kind, or all), the baseline when a sensor starts
     without a cursor."""
     settings = graphrag.settings()
-    if not state_path(settings).is_file():
-        return {}
     state = open_state(settings, read_only=True)
     try:
+        if not state.exists():
+            return {}
         seen = state.seen_source_hashes()
     finally:
         state.close()

@@ -108,3 +108,8 @@ class PostgresStateStore(state.StateStore):
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         return self._connection().execute(sql, params).fetchall()
+
+    def exists(self) -> bool:
+        """Whether a build has created the tables in this database (the last table of the schema, so a first
+        build killed while creating them counts as none)."""
+        return self.query("SELECT to_regclass('source_extractions') IS NOT NULL")[0][0]

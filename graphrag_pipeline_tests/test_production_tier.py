@@ -1,0 +1,127 @@
+"""The production tier touches no local file: state in PostgreSQL, graph over Bolt, vectors in Qdrant.
+
+A build and a query each run as a process of their own (`python -m graphrag_pipeline.cli`) in an empty working
+directory with an empty home, configured by environment variables only, as an agent on another host would be; both
+folders must still be empty afterwards, and the answers must equal those of the embedded build of the same corpus.
+Servers: the tests' PostgreSQL (`postgres.py`), ArcadeDB's Bolt server, and qdrant-client's local mode in a folder
+outside the process's working directory (it stands for a Qdrant server, which is one `QDRANT_URL` away).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from graphrag_pipeline.query import open_index
+from graphrag_pipeline_tests.cli_process import CHECKOUT, CLI
+from graphrag_pipeline_tests.conftest import FIXTURES, build, folder_settings
+from graphrag_pipeline_tests.postgres import throwaway_database
+
+pytestmark = [pytest.mark.slow, pytest.mark.server]
+
+QUESTIONS = ("What to do when a pod is crash looping?", "Which disk array is degraded?",
+             "Where is the payments ledger database?")
+MODES = ("vector", "graph", "hybrid")
+GROUPS = ((), ("payments-oncall",))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    corpus = tmp_path_factory.mktemp("corpus")
+    for name in ("KubePodCrashLooping.md", "NodeRAIDDegraded.md"):
+        shutil.copy(FIXTURES / "runbooks" / name, corpus / name)
+    (corpus / "ledger.md").write_text("---\naccess_groups: [payments-oncall]\n---\n# Payments ledger\n\n"
+                                      "The payments ledger database ledger-db runs on host pg-ledger-01 in Frankfurt."
+                                      " The checkout-service writes to ledger-db.\n")
+    return corpus
+
+
+def _server_environment(tmp_path: Path, postgres_server, database: str) -> dict[str, str]:
+    """Only what a deployment sets: backends, addresses and secrets (no configuration file, no index directory)."""
+    from graphrag_pipeline_tests.contract.bolt_server import arcadedb_bolt_server
+
+    bolt = arcadedb_bolt_server()
+    server = postgres_server
+    keep = ("PATH", "LANG", "LC_ALL", "TZ")
+    env = {name: os.environ[name] for name in keep if name in os.environ}
+    home = tmp_path / "home"
+    home.mkdir()
+    env.update({
+        "HOME": str(home),
+        "PYTHONPATH": str(CHECKOUT),
+        "STATE_BACKEND": "postgres",
+        "DATABASE_URL": f"postgresql://{server.user}:{server.password}@{server.host}:{server.port}/{database}",
+        "GRAPH_BACKEND": "neo4j",
+        "NEO4J_URI": bolt.uri,
+        "NEO4J_USER": bolt.user,
+        "NEO4J_PASSWORD": bolt.password,
+        "NEO4J_DATABASE": bolt.create_database("production"),
+        "VECTOR_BACKEND": "qdrant",
+        "QDRANT_PATH": str(tmp_path / "qdrant"),
+    })
+    return env
+
+
+def _run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    completed = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return completed
+
+
+# What an agent on another host runs: the query module, configured by its environment alone.
+AGENT = """
+import json, sys
+from graphrag_pipeline.query import open_index
+questions, modes, groups = json.loads(sys.argv[1])
+with open_index() as index:
+    print(json.dumps([index.query(q, mode=m, groups=g).to_dict() for q in questions for m in modes for g in groups],
+                     default=str))
+"""
+
+
+def _comparable(response: dict) -> str:
+    """A whole response minus what measures the run, scores rounded (qdrant-client computes cosines in float64,
+    Qdrant Edge in float32)."""
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if "seconds" not in k and "timing" not in k and k != "version"}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return round(value, 5) if isinstance(value, float) else value
+    return json.dumps(strip(response), sort_keys=True, default=str)
+
+
+def test_build_and_query_on_servers_touch_no_local_file_and_answer_as_the_embedded_index(
+        corpus, tmp_path, postgres_server):
+    embedded = folder_settings(tmp_path / "embedded", corpus)
+    build(embedded)
+    with open_index(settings=embedded) as index:
+        expected = [_comparable(index.query(q, mode=m, groups=list(g)).to_dict())
+                    for q in QUESTIONS for m in MODES for g in GROUPS]
+
+    with throwaway_database(postgres_server) as database:
+        env = _server_environment(tmp_path, postgres_server, database)
+        # The sources are the build's only input on disk: a configuration file outside its working directory.
+        config = tmp_path / "sources.yaml"
+        config.write_text(yaml.safe_dump({"shard_count": embedded.shard_count,
+                                          "sources": [{"name": "t", "kind": "folder", "path": str(corpus)}]}))
+        builder = tmp_path / "builder"
+        builder.mkdir()
+        _run([*CLI, "build", "--json"], cwd=builder, env={**env, "GRAPHRAG_CONFIG": str(config)})
+
+        agent = tmp_path / "agent"
+        agent.mkdir()
+        asked = json.dumps([QUESTIONS, MODES, [list(g) for g in GROUPS]])
+        answers = json.loads(_run([CLI[0], "-c", AGENT, asked], cwd=agent, env=env).stdout)
+        assert [_comparable(answer) for answer in answers] == expected
+        cli_answer = _run([*CLI, "query", QUESTIONS[2], "--group", "payments-oncall", "--json"], cwd=agent, env=env)
+        assert _comparable(json.loads(cli_answer.stdout)) == expected[-1]  # the last question, hybrid, with the group
+
+        assert [p.name for p in builder.iterdir()] == [] and [p.name for p in agent.iterdir()] == []
+        assert [str(p) for p in Path(env["HOME"]).rglob("*")] == []
