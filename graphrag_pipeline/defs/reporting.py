@@ -36,12 +36,11 @@ def run_stage(stage: Stage, context: AssetExecutionContext, graphrag: GraphRAGRe
     """Run a stage on a fresh workspace (a per-document stage over the run's shards), close its stores, and report;
     the total is wall time, so a model loaded on first use is counted too. Model spend counts against the budget of
     the whole Dagster run."""
-    args = (shards_of(context),) if stage.per_document else ()
     started = time.perf_counter()
     progress = EveryFewSeconds(context.log.info, seconds=PROGRESS_LOG_SECONDS)
     with graphrag.workspace(run_id=context.run_id, progress_listeners=[progress]) as workspace:
         try:
-            report = stage.run(workspace, *args)
+            report = stage.execute(workspace, shards_of(context) if stage.per_document else ())
         except BudgetExceeded as error:
             # A clean stop, not a crash: what was already paid for is in the completion cache, so raising the
             # budget and re-running continues where this run stopped without paying twice.

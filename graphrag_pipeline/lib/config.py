@@ -441,6 +441,15 @@ class ChecksConfig(StrictModel):
     max_quarantine_share: float = Field(0.05, ge=0, le=1)
 
 
+class RunsConfig(StrictModel):
+    """How Dagster spreads a build over runs (deploy/SCALE_OUT.md)."""
+
+    # Shards per run of a backfill of the per-document assets. None: one run over every selected shard (the embedded
+    # index has one writer). N: runs of at most N shards, which a run launcher starts on as many workers as the
+    # instance allows at once (with the PostgreSQL state; corpus-wide stages still run one at a time).
+    shards_per_run: int | None = Field(None, ge=1)
+
+
 class PipelineSettings(StrictModel):
     index_dir: str = ".graphrag/index"
     shard_count: int = Field(64, ge=1, le=4096)
@@ -455,6 +464,7 @@ class PipelineSettings(StrictModel):
     llm: LLMConfig = LLMConfig()
     checks: ChecksConfig = ChecksConfig()
     backends: BackendsConfig = BackendsConfig()
+    runs: RunsConfig = RunsConfig()
 
     @model_validator(mode="after")
     def _types_in_ontology(self) -> "PipelineSettings":

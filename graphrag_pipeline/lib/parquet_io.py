@@ -229,4 +229,4 @@ def import_index(ws: Workspace, directory: str | Path) -> list[StageReport]:
                          f"{ws.settings.shard_count}: configure shard_count: {manifest['shard_count']} to import it")
     load_state(ws.state, tables, ws.embedder.name)
     shards = list(range(ws.settings.shard_count))
-    return [s.run(ws, shards) if s.per_document else s.run(ws) for s in STAGES if s.name != "raw_documents"]
+    return [s.execute(ws, shards) for s in STAGES if s.name != "raw_documents"]

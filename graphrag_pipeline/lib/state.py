@@ -218,6 +218,15 @@ class StateStore:
         """Whether a build has created this index's state (a read-only store of a missing file creates none)."""
         return self.path.is_file()
 
+    @contextlib.contextmanager
+    def exclusive(self, name: str) -> Iterator[None]:
+        """Held by one process at a time among the writers of this index, for work that must not interleave with
+        another run's (the corpus-wide stages). A writable SQLite store already excludes every other writer for as
+        long as it is open (the build lock), so there is nothing more to take."""
+        if self.read_only:
+            raise RuntimeError(f"{self.path} is open read-only: only a writer takes the index's locks")
+        yield
+
     def schema_version(self) -> int:
         return self.query("SELECT COALESCE(MAX(version), 0) FROM schema_version")[0][0]
 

@@ -229,3 +229,59 @@ def test_state_backend_postgres_selected_from_the_environment(monkeypatch: pytes
         reader.close()
     assert backends.store_kinds(settings)["state"] == "postgres"
     assert list(tmp_path.iterdir()) == []  # no local file: no index folder, no lock
+
+
+def test_an_index_exists_once_a_writer_has_opened_it(open_state: OpenState) -> None:
+    reader = open_state(read_only=True)
+    try:
+        assert reader.exists() is False  # nothing built yet, and asking created nothing
+    finally:
+        reader.close()
+    open_state().close()
+    reader = open_state(read_only=True)
+    try:
+        assert reader.exists() is True
+    finally:
+        reader.close()
+
+
+def test_corpus_wide_work_takes_turns_between_writers_of_one_postgres_index(postgres_server) -> None:
+    """Two writers (as two Dagster runs on two hosts would hold) of one database: the second waits in `exclusive`
+    until the first has left it, and another name is not held up."""
+    import threading
+
+    server = postgres_server
+    with throwaway_database(server) as database:
+        url = f"postgresql://{server.user}:{server.password}@{server.host}:{server.port}/{database}"
+        first, second = PostgresStateStore(url), PostgresStateStore(url)
+        events: list[str] = []
+        inside = threading.Event()
+
+        def second_run() -> None:
+            with second.exclusive("corpus"):
+                events.append("second entered")
+
+        try:
+            with first.exclusive("corpus"):
+                waiting = threading.Thread(target=second_run)
+                waiting.start()
+                with second.exclusive("another lock"):
+                    inside.set()
+                waiting.join(timeout=1.0)  # it cannot finish while the lock is held
+                events.append("first left")
+            waiting.join(timeout=60)
+        finally:
+            first.close()
+            second.close()
+        assert inside.is_set() and events == ["first left", "second entered"]
+
+
+def test_a_read_only_store_takes_no_lock(tmp_path: Path) -> None:
+    StateStore(tmp_path / "state.sqlite").close()
+    reader = StateStore(tmp_path / "state.sqlite", read_only=True)
+    try:
+        with pytest.raises(RuntimeError, match="read-only"):
+            with reader.exclusive("corpus"):
+                pass
+    finally:
+        reader.close()

@@ -30,6 +30,18 @@ class Stage:
     per_document: bool  # partitioned by shard; the others are corpus-wide
     reads: tuple[str, ...]  # the stages whose output it reads: its asset's dependencies
 
+    def execute(self, ws: Workspace, shards: Iterable[int] = ()) -> StageReport:
+        """Run the stage: a per-document one over ``shards`` (concurrent runs each own their shards' rows), a
+        corpus-wide one alone among the index's writers, so concurrent runs take turns and the last one to run reads
+        everything the per-document stages of all of them wrote."""
+        if self.per_document:
+            return self.run(ws, list(shards))
+        with ws.state.exclusive(CORPUS_WIDE_LOCK):
+            return self.run(ws)
+
+
+CORPUS_WIDE_LOCK = "graphrag corpus-wide stages"
+
 
 # In lineage order.
 STAGES: tuple[Stage, ...] = (
@@ -58,7 +70,7 @@ def all_shards(ws: Workspace) -> range:
 def build_everything(ws: Workspace, shards: Iterable[int] | None = None) -> list[StageReport]:
     """Run every stage in lineage order (what a full materialization does), returning each stage's report."""
     shard_list = list(all_shards(ws) if shards is None else shards)
-    return [s.run(ws, shard_list) if s.per_document else s.run(ws) for s in STAGES]
+    return [s.execute(ws, shard_list) for s in STAGES]
 
 
 __all__ = [

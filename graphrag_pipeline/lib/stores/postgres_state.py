@@ -3,12 +3,14 @@
 The SQLite store's methods are inherited unchanged; its statements reach the server through `_PostgresConnection`,
 which translates the few SQLite forms they use (`?` placeholders, `INSERT OR REPLACE`, an empty `IN ()`), so the
 two implementations cannot drift apart in what they store. The state contract suite runs against both.
-Opening touches no local file: no build lock file (concurrent runs on one index are the scale-out work's part).
+Opening touches no local file and takes no build lock: concurrent Dagster runs on several hosts share one
+index, per-document stages on their own shards, corpus-wide stages one at a time (`exclusive`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 import threading
 from pathlib import Path
@@ -108,6 +110,21 @@ class PostgresStateStore(state.StateStore):
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         return self._connection().execute(sql, params).fetchall()
+
+    @contextlib.contextmanager
+    def exclusive(self, name: str) -> Iterator[None]:
+        """A PostgreSQL advisory lock named ``name`` in this database, so the processes of concurrent Dagster runs
+        (on any host) take turns. Held on a connection of its own: the server releases it when that session ends,
+        also when its process is killed, and waiting for it keeps no transaction open."""
+        key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+        holder = psycopg2.connect(self.url)
+        try:
+            holder.autocommit = True
+            with holder.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_lock(%s)", (key,))
+            yield
+        finally:
+            holder.close()
 
     def exists(self) -> bool:
         """Whether a build has created the tables in this database (the last table of the schema, so a first

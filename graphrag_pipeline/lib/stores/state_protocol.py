@@ -7,7 +7,7 @@ One contract suite (graphrag_pipeline_tests/contract/test_state_store_contract.p
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, ContextManager, Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -19,6 +19,8 @@ class StateStoreProtocol(Protocol):
     """Documents, chunks, caches and stage bookkeeping of one index."""
 
     def exists(self) -> bool: ...  # a build has created this index's tables (asking creates nothing)
+    # held by one process at a time among all that write this index (see `StateStore.exclusive`)
+    def exclusive(self, name: str) -> ContextManager[None]: ...
     def schema_version(self) -> int: ...
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]: ...
     def close(self) -> None: ...
