@@ -51,6 +51,25 @@ def test_per_document_assets_are_sharded_and_backfilled_in_one_run():
         assert SPECS[name].automation_condition is None
 
 
+def test_shards_per_run_splits_a_backfill_into_runs_of_that_many_shards(tmp_path):
+    config = tmp_path / "graphrag.yaml"
+    config.write_text("runs: {shards_per_run: 8}\n")
+    code = ("import json; from graphrag_pipeline.definitions import defs; "
+            f"print(json.dumps({{n: repr(defs.resolve_assets_def(n).backfill_policy) for n in {LINEAGE!r}}}))")
+    env = {**os.environ, "GRAPHRAG_CONFIG": str(config), "PYTHONPATH": str(REPO)}
+    policies = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                         check=True).stdout)
+    assert {policies[name] for name in PER_DOCUMENT} == {repr(BackfillPolicy.multi_run(8))}
+    assert {policies[name] for name in CORPUS_WIDE} == {repr(BackfillPolicy.single_run())}
+
+
+def test_corpus_wide_assets_share_one_pool_and_each_per_document_stage_has_its_own():
+    graph = defs.resolve_asset_graph()
+    pools = {name: graph.get(AssetKey(name)).pools for name in LINEAGE}
+    assert {name: pools[name] for name in CORPUS_WIDE} == {name: {"graphrag_corpus_wide"} for name in CORPUS_WIDE}
+    assert [pools[name] for name in PER_DOCUMENT] == [{f"graphrag_{name}"} for name in PER_DOCUMENT]
+
+
 def test_corpus_wide_assets_are_unpartitioned_and_follow_shard_runs():
     for name in CORPUS_WIDE:
         assets_def = defs.resolve_assets_def(name)
