@@ -265,7 +265,7 @@ def test_the_dockerfile_builds_the_image_compose_expects(services):
     runs = [arg for op, arg in instructions if op == "RUN"]
     torch_step = next(i for i, run in enumerate(runs) if "--index-url" in run)
     # In place (-e): load_from_defs_folder finds the project by the pyproject.toml beside the package.
-    project_step = next(i for i, run in enumerate(runs) if re.search(r"pip install -e \.(\s|$)", run))
+    project_step = next(i for i, run in enumerate(runs) if re.search(r"pip install -e '\.\[launchers\]'(\s|$)", run))
     assert torch_step < project_step
     assert '"torch==${TORCH_VERSION}"' in runs[torch_step] and "${TORCH_INDEX_URL}" in runs[torch_step]
 
@@ -393,3 +393,27 @@ def test_llm_and_confluence_settings_in_the_env_file_reach_the_dagster_container
         assert resolve_base_url("openai", None) == DEFAULT_OPENAI_BASE_URL
         with pytest.raises(ConfluenceError, match="CONFLUENCE_TOKEN"):
             ConfluenceClient.from_source(wiki, environ=seen)
+
+
+def test_the_scale_out_instance_launches_runs_in_containers_with_every_server_setting(tmp_path, monkeypatch):
+    from dagster_docker import DockerRunLauncher
+
+    from graphrag_pipeline.lib.backends import DATABASE_URL
+    from graphrag_pipeline.lib.config import ENVIRONMENT_OVERRIDES, BackendsConfig
+
+    shutil.copyfile(DEPLOY / "dagster-scale-out.yaml", tmp_path / "dagster.yaml")
+    config, custom_class = dagster_instance_config(str(tmp_path))  # Dagster's own instance schema
+    assert custom_class is None and set(config["storage"]) == {"postgres"}
+    assert config["concurrency"]["runs"]["max_concurrent_runs"] > 1
+    ref = InstanceRef.from_dir(str(tmp_path))
+    assert (ref.run_launcher_data.module_name, ref.run_launcher_data.class_name) == ("dagster_docker",
+                                                                                     "DockerRunLauncher")
+    assert ref.compute_logs_data.class_name == "NoOpComputeLogManager"  # no disk shared with the run containers
+    launcher = yaml.safe_load(ref.run_launcher_data.config_yaml)
+    monkeypatch.setenv("GRAPHRAG_RUN_IMAGE", "graphrag-pipeline:latest")
+    monkeypatch.setenv("GRAPHRAG_RUN_NETWORK", "graphrag")
+    processed = process_config(DockerRunLauncher.config_type(), launcher)  # the launcher's own schema
+    assert processed.success, processed.errors
+    # Every run container gets what opens the index's servers: each backend variable and each secret's variable.
+    secrets = {DATABASE_URL, BackendsConfig().neo4j.password_env, BackendsConfig().qdrant.api_key_env}
+    assert set(ENVIRONMENT_OVERRIDES) - {"QDRANT_PATH"} | secrets | set(PG_VARS) <= set(launcher["env_vars"])
