@@ -11,7 +11,8 @@ from graphrag_pipeline.cli import main
 from graphrag_pipeline.lib.parquet_io import ExportMismatchError, export_index, import_index
 from graphrag_pipeline.lib.workspace import Workspace
 from graphrag_pipeline.query import open_index
-from graphrag_pipeline_tests.conftest import FIXTURES, build, folder_settings
+from graphrag_pipeline_tests.conftest import build, folder_settings
+from graphrag_pipeline_tests.server_index import runbooks_with_a_restricted_page
 
 QUESTIONS = ("What to do when a pod is crash looping?", "Which disk array is degraded?")
 # restricted-only questions: the access rule must survive the round trip
@@ -41,12 +42,7 @@ def _without_timings(answers: list[dict], places: int | None = None) -> list[str
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    corpus = tmp_path_factory.mktemp("corpus")
-    for name in ("KubePodCrashLooping.md", "NodeRAIDDegraded.md"):
-        shutil.copy(FIXTURES / "runbooks" / name, corpus / name)
-    (corpus / "ledger.md").write_text("---\naccess_groups: [payments-oncall]\n---\n# Payments ledger\n\n"
-                                      "The payments ledger database ledger-db runs on host pg-ledger-01 in Frankfurt."
-                                      " The checkout-service writes to ledger-db.\n")
+    corpus = runbooks_with_a_restricted_page(tmp_path_factory.mktemp("corpus"))
     settings = folder_settings(tmp_path_factory.mktemp("embedded") / "index", corpus)
     build(settings)
     export_dir = tmp_path_factory.mktemp("export")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -20,8 +19,9 @@ import yaml
 
 from graphrag_pipeline.query import open_index
 from graphrag_pipeline_tests.cli_process import CHECKOUT, CLI
-from graphrag_pipeline_tests.conftest import FIXTURES, build, folder_settings
+from graphrag_pipeline_tests.conftest import build, folder_settings
 from graphrag_pipeline_tests.postgres import throwaway_database
+from graphrag_pipeline_tests.server_index import runbooks_with_a_restricted_page, server_environment
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 
@@ -33,38 +33,21 @@ GROUPS = ((), ("payments-oncall",))
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    corpus = tmp_path_factory.mktemp("corpus")
-    for name in ("KubePodCrashLooping.md", "NodeRAIDDegraded.md"):
-        shutil.copy(FIXTURES / "runbooks" / name, corpus / name)
-    (corpus / "ledger.md").write_text("---\naccess_groups: [payments-oncall]\n---\n# Payments ledger\n\n"
-                                      "The payments ledger database ledger-db runs on host pg-ledger-01 in Frankfurt."
-                                      " The checkout-service writes to ledger-db.\n")
-    return corpus
+    return runbooks_with_a_restricted_page(tmp_path_factory.mktemp("corpus"))
 
 
-def _server_environment(tmp_path: Path, postgres_server, database: str) -> dict[str, str]:
+def _agent_environment(tmp_path: Path, postgres_server, database: str) -> dict[str, str]:
     """Only what a deployment sets: backends, addresses and secrets (no configuration file, no index directory)."""
     from graphrag_pipeline_tests.contract.bolt_server import arcadedb_bolt_server
 
     bolt = arcadedb_bolt_server()
-    server = postgres_server
     keep = ("PATH", "LANG", "LC_ALL", "TZ")
     env = {name: os.environ[name] for name in keep if name in os.environ}
     home = tmp_path / "home"
     home.mkdir()
-    env.update({
-        "HOME": str(home),
-        "PYTHONPATH": str(CHECKOUT),
-        "STATE_BACKEND": "postgres",
-        "DATABASE_URL": f"postgresql://{server.user}:{server.password}@{server.host}:{server.port}/{database}",
-        "GRAPH_BACKEND": "neo4j",
-        "NEO4J_URI": bolt.uri,
-        "NEO4J_USER": bolt.user,
-        "NEO4J_PASSWORD": bolt.password,
-        "NEO4J_DATABASE": bolt.create_database("production"),
-        "VECTOR_BACKEND": "qdrant",
-        "QDRANT_PATH": str(tmp_path / "qdrant"),
-    })
+    env.update({"HOME": str(home), "PYTHONPATH": str(CHECKOUT), "VECTOR_BACKEND": "qdrant",
+                "QDRANT_PATH": str(tmp_path / "qdrant"),
+                **server_environment(postgres_server, database, bolt, bolt.create_database("production"))})
     return env
 
 
@@ -106,7 +89,7 @@ def test_build_and_query_on_servers_touch_no_local_file_and_answer_as_the_embedd
                     for q in QUESTIONS for m in MODES for g in GROUPS]
 
     with throwaway_database(postgres_server) as database:
-        env = _server_environment(tmp_path, postgres_server, database)
+        env = _agent_environment(tmp_path, postgres_server, database)
         # The sources are the build's only input on disk: a configuration file outside its working directory.
         config = tmp_path / "sources.yaml"
         config.write_text(yaml.safe_dump({"shard_count": embedded.shard_count,

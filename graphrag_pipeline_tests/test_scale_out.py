@@ -29,6 +29,7 @@ from graphrag_pipeline_tests.cli_process import CHECKOUT
 from graphrag_pipeline_tests.conftest import FIXTURES, build
 from graphrag_pipeline_tests.index_snapshot import assert_same_index, index_snapshot
 from graphrag_pipeline_tests.postgres import throwaway_database
+from graphrag_pipeline_tests.server_index import runbooks_with_a_restricted_page, server_environment
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 
@@ -38,26 +39,10 @@ RANGES = ("shard-000...shard-001", "shard-002...shard-003")
 
 
 def _corpus(root: Path) -> Path:
-    corpus = root / "corpus"
-    corpus.mkdir()
-    for folder in ("multihop", "runbooks"):
-        for path in (FIXTURES / folder).glob("*.md"):
-            shutil.copy(path, corpus / path.name)
-    (corpus / "ledger.md").write_text("---\naccess_groups: [payments-oncall]\n---\n# Payments ledger\n\n"
-                                      "The payments ledger database ledger-db runs on host pg-ledger-01.\n")
+    corpus = runbooks_with_a_restricted_page(root / "corpus")
+    for path in (FIXTURES / "multihop").glob("*.md"):
+        shutil.copy(path, corpus / path.name)
     return corpus
-
-
-def _index_environment(server, database: str, bolt, graph_database: str) -> dict[str, str]:
-    return {
-        "STATE_BACKEND": "postgres",
-        "DATABASE_URL": f"postgresql://{server.user}:{server.password}@{server.host}:{server.port}/{database}",
-        "GRAPH_BACKEND": "neo4j",
-        "NEO4J_URI": bolt.uri,
-        "NEO4J_USER": bolt.user,
-        "NEO4J_PASSWORD": bolt.password,
-        "NEO4J_DATABASE": graph_database,
-    }
 
 
 def _snapshot(monkeypatch: pytest.MonkeyPatch, config: Path, environment: dict[str, str]):
@@ -83,7 +68,7 @@ def test_two_concurrent_shard_range_runs_end_equal_to_a_single_run_build(tmp_pat
 
     with (throwaway_database(postgres_server) as reference_db, throwaway_database(postgres_server) as index_db,
           throwaway_database(postgres_server) as dagster_db):
-        reference = _index_environment(postgres_server, reference_db, bolt, bolt.create_database("reference"))
+        reference = server_environment(postgres_server, reference_db, bolt, bolt.create_database("reference"))
         with monkeypatch.context() as scoped:
             for name, value in reference.items():
                 scoped.setenv(name, value)
@@ -94,7 +79,7 @@ def test_two_concurrent_shard_range_runs_end_equal_to_a_single_run_build(tmp_pat
         instance = yaml.safe_load(INSTANCE_YAML.read_text())
         instance["concurrency"]["runs"]["max_concurrent_runs"] = 2  # deploy/SCALE_OUT.md: N runs at once
         (home / "dagster.yaml").write_text(yaml.safe_dump(instance))
-        concurrent = _index_environment(postgres_server, index_db, bolt, bolt.create_database("concurrent"))
+        concurrent = server_environment(postgres_server, index_db, bolt, bolt.create_database("concurrent"))
         env = {**{k: v for k, v in os.environ.items() if k != "GRAPHRAG_CONFIG"}, **concurrent,
                "DAGSTER_HOME": str(home), "GRAPHRAG_CONFIG": str(configs["concurrent"]),
                "PYTHONPATH": str(CHECKOUT),
