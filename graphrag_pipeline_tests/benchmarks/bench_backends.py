@@ -1,0 +1,103 @@
+"""The sample corpus built and queried on the embedded tier and on servers, side by side (not a test: run it by hand).
+
+    python -m graphrag_pipeline_tests.benchmarks.bench_backends [--questions N]
+
+Builds `data/corpus` + `data/catalog` twice in this process with one loaded embedder: embedded (SQLite state, the
+embedded graph, Qdrant Edge) and on servers (PostgreSQL state from the tests' throw-away PostgreSQL 18, ArcadeDB's
+Bolt server, qdrant-client's local mode). Prints each build's per-stage seconds, then query latency percentiles per
+mode over the same questions, and whether both indexes gave the same top document for each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from graphrag_pipeline.lib.config import load_settings
+from graphrag_pipeline.lib.embedders import configured_embedder
+from graphrag_pipeline.lib.stages import build_everything
+from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.query import open_index
+from graphrag_pipeline_tests.conftest import SAMPLE_CATALOG, SAMPLE_CORPUS
+from graphrag_pipeline_tests.contract.bolt_server import arcadedb_bolt_server, stop_arcadedb_bolt_server
+from graphrag_pipeline_tests.postgres import embedded_server, throwaway_database
+
+QUESTIONS = (
+    "Prometheus cannot send alerts to Alertmanager: which runbook applies?",
+    "Checkout Service is degraded. Which services does it depend on, and where are they documented?",
+    "What to do when a pod is crash looping?",
+    "Which runbook applies when etcd has no leader?",
+    "Who owns the payment service?",
+    "How does the frontend talk to the cart service?",
+    "A node's disk array is degraded: what should I check?",
+    "How is the OpenTelemetry collector configured in the demo?",
+)
+MODES = ("vector", "graph", "hybrid")
+
+
+def _build(settings, embedder) -> dict[str, float]:
+    with Workspace(settings, embedder=embedder) as workspace:
+        started = time.perf_counter()
+        reports = build_everything(workspace)
+        total = time.perf_counter() - started
+    return {**{r.stage: sum(r.seconds.values()) for r in reports}, "total": total}
+
+
+def _latencies(settings, embedder, questions, repeats: int) -> tuple[dict[str, list[float]], list[str]]:
+    times: dict[str, list[float]] = {mode: [] for mode in MODES}
+    tops = []
+    with open_index(settings=settings, embedder=embedder) as index:
+        index.query(questions[0])  # lookups built on the first question: paid once per process
+        for _ in range(repeats):
+            for question in questions:
+                for mode in MODES:
+                    started = time.perf_counter()
+                    response = index.query(question, mode=mode)
+                    times[mode].append((time.perf_counter() - started) * 1000)
+                    if mode == "hybrid" and len(tops) < len(questions):
+                        tops.append(response.results[0].doc_id if response.results else "")
+    return times, tops
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="times each question is asked per mode")
+    args = parser.parse_args()
+    sources = [{"name": "t", "kind": "folder", "path": str(SAMPLE_CORPUS)},
+               {"name": "sample-catalog", "kind": "catalog", "path": str(SAMPLE_CATALOG)}]
+    base = load_settings(sources=sources)
+    embedder = configured_embedder(base, query=False)
+    embedder.embed(["warm up"])
+    rows = {}
+    with tempfile.TemporaryDirectory(prefix="bench-backends-") as scratch, embedded_server() as server, \
+            throwaway_database(server) as database:
+        embedded = base.with_overrides(index_dir=str(Path(scratch) / "embedded"))
+        bolt = arcadedb_bolt_server()
+        os.environ.update({
+            "DATABASE_URL": f"postgresql://{server.user}:{server.password}@{server.host}:{server.port}/{database}",
+            "NEO4J_PASSWORD": bolt.password})
+        servers = base.with_overrides(index_dir=str(Path(scratch) / "servers"), backends={
+            "state": "postgres", "graph": "neo4j", "vector": "qdrant",
+            "neo4j": {"uri": bolt.uri, "user": bolt.user, "database": bolt.create_database("bench")},
+            "qdrant": {"path": str(Path(scratch) / "qdrant")}})
+        for name, settings in (("embedded", embedded), ("PostgreSQL + Bolt + qdrant-client", servers)):
+            stages = _build(settings, embedder)
+            times, tops = _latencies(settings, embedder, QUESTIONS, args.repeats)
+            rows[name] = (stages, times, tops)
+        stop_arcadedb_bolt_server()
+    for name, (stages, times, _) in rows.items():
+        print(f"\n{name}: build {stages.pop('total'):.1f} s — " + ", ".join(f"{k} {v:.1f}" for k, v in stages.items()))
+        for mode, values in times.items():
+            print(f"  {mode:7s} p50 {np.percentile(values, 50):7.1f} ms   p95 {np.percentile(values, 95):7.1f} ms"
+                  f"   ({len(values)} queries)")
+    (_, _, first), (_, _, second) = rows.values()
+    print(f"\nsame top hybrid document for {sum(a == b for a, b in zip(first, second))} of {len(first)} questions")
+
+
+if __name__ == "__main__":
+    main()
