@@ -175,6 +175,9 @@ class EmbedderConfig(StrictModel):
     # One question is a tiny input: a second thread only adds synchronization, and on a busy machine it made a
     # query embedding 25x slower (500 ms instead of 20 ms), so query processes default to one thread.
     query_threads: int | None = Field(1, ge=1)
+    # What embeds questions in a query process: the same model evaluated with NumPy (no torch import, a cold query
+    # answers in about a second) or with torch (as the build does). Both give the same vectors to float32 rounding.
+    query_runtime: Literal["numpy", "torch"] = "numpy"
 
 
 class RetrievalConfig(StrictModel):

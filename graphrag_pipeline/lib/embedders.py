@@ -107,8 +107,15 @@ class LocalEmbedder:
 
 def configured_embedder(settings: PipelineSettings, *, query: bool, usage=None):
     """The embedder ``settings.embedder.provider`` names: the offline model, or Ollama / an OpenAI-compatible server
-    (whose calls are counted in ``usage``). ``query`` picks the thread count for question-at-a-time processes."""
+    (whose calls are counted in ``usage``). ``query`` is for question-at-a-time processes: the offline model runs on
+    NumPy there (``embedder.query_runtime``), or on torch with ``query_threads``."""
     config = settings.embedder
+    if config.provider == "local" and query and config.query_runtime == "numpy":
+        from graphrag_pipeline.lib.numpy_encoder import NumpyEmbedder, is_mean_pooled_bert
+
+        model_dir = Path(config.model_path) if config.model_path else bundled_model_path()
+        if is_mean_pooled_bert(model_dir):  # other architectures are left to torch
+            return NumpyEmbedder(str(model_dir), config)
     if config.provider == "local":
         return LocalEmbedder(config, threads=config.query_threads if query else config.threads)
     from graphrag_pipeline.lib.llm.clients import http_embedder

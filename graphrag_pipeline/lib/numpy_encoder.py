@@ -1,0 +1,187 @@
+"""A sentence-transformers BERT model (mean pooling, unit norm) evaluated with NumPy: the question embedder of a
+query process, which then never imports torch.
+
+Importing torch and sentence-transformers costs seconds, more than a whole query: a process that embeds one
+question at a time needs neither. This reads the same `model.safetensors` and `tokenizer.json` the build's model
+loads and computes the same function (BERT encoder, exact-erf GELU, mean pooling over real tokens, L2 norm), so its
+vectors agree with the torch model's to float32 rounding — the tests pin that, and that rankings are unchanged.
+Batches of many long texts are torch's job: this is not the build's embedder.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from functools import cached_property
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from graphrag_pipeline.lib.config import EmbedderConfig
+
+_BERT_WEIGHTS: dict[str, "_BertWeights"] = {}
+_BERT_WEIGHTS_LOCK = threading.Lock()
+
+
+class UnsupportedModel(ValueError):
+    """The model directory holds something other than a mean-pooled, normalized BERT sentence encoder."""
+
+
+def is_mean_pooled_bert(model_dir: Path) -> bool:
+    """Whether ``model_dir`` holds what this module evaluates: a BERT encoder in safetensors with exact GELU and
+    absolute positions, mean pooling and normalization (all-MiniLM-L6-v2 and models laid out like it)."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+        modules = json.loads((model_dir / "modules.json").read_text())
+        pooling_dirs = [m["path"] for m in modules if m["type"].endswith("models.Pooling")]
+        pooling = json.loads((model_dir / pooling_dirs[0] / "config.json").read_text()) if pooling_dirs else {}
+    except (OSError, ValueError, KeyError):
+        return False
+    return (config.get("model_type") == "bert" and config.get("hidden_act") == "gelu"
+            and config.get("position_embedding_type", "absolute") == "absolute"
+            and bool(pooling.get("pooling_mode_mean_tokens"))
+            and any(m["type"].endswith("models.Normalize") for m in modules)
+            and (model_dir / "model.safetensors").is_file() and (model_dir / "tokenizer.json").is_file())
+
+
+class _BertWeights:
+    def __init__(self, model_dir: Path):
+        from safetensors.numpy import load_file
+
+        if not is_mean_pooled_bert(model_dir):
+            raise UnsupportedModel(f"{model_dir} is not a mean-pooled, normalized BERT model in safetensors")
+        config = json.loads((model_dir / "config.json").read_text())
+        self.heads = int(config["num_attention_heads"])
+        self.layers = int(config["num_hidden_layers"])
+        self.eps = float(config["layer_norm_eps"])
+        self.max_length = int(json.loads((model_dir / "sentence_bert_config.json").read_text())["max_seq_length"])
+        self.tensors = {k.removeprefix("bert."): v for k, v in load_file(str(model_dir / "model.safetensors")).items()}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.tensors[name]
+
+
+def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
+    mean = x.mean(-1, keepdims=True)
+    variance = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(variance + eps) * weight + bias
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    from scipy.special import erf
+
+    return 0.5 * x * (1.0 + erf(x / np.sqrt(2.0)))
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    x = np.exp(x - x.max(-1, keepdims=True))
+    return x / x.sum(-1, keepdims=True)
+
+
+def encode(weights: _BertWeights, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Unit-norm sentence vectors for token ids ``ids`` (batch, length) with attention ``mask`` (1 for real tokens)."""
+    w = weights
+    batch, length = ids.shape
+    x = (w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:length]
+         + w["embeddings.token_type_embeddings.weight"][0])
+    x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], w.eps)
+    hidden = x.shape[-1]
+    head = hidden // w.heads
+    # Padding gets the most negative float as its score, as in transformers: it weighs nothing after the softmax.
+    padding = np.where(mask[:, None, None, :] > 0, 0.0, np.finfo(np.float32).min).astype(np.float32)
+    for layer in range(w.layers):
+        p = f"encoder.layer.{layer}."
+
+        def dense(inputs: np.ndarray, name: str) -> np.ndarray:
+            return inputs @ w[f"{p}{name}.weight"].T + w[f"{p}{name}.bias"]
+
+        def heads(t: np.ndarray) -> np.ndarray:
+            return t.reshape(batch, length, w.heads, head).transpose(0, 2, 1, 3)
+
+        q, k, v = (heads(dense(x, f"attention.self.{n}")) for n in ("query", "key", "value"))
+        attention = _softmax(q @ k.transpose(0, 1, 3, 2) / np.sqrt(head) + padding)
+        context = (attention @ v).transpose(0, 2, 1, 3).reshape(batch, length, hidden)
+        x = _layer_norm(dense(context, "attention.output.dense") + x,
+                        w[f"{p}attention.output.LayerNorm.weight"], w[f"{p}attention.output.LayerNorm.bias"], w.eps)
+        inner = _gelu(dense(x, "intermediate.dense"))
+        x = _layer_norm(dense(inner, "output.dense") + x,
+                        w[f"{p}output.LayerNorm.weight"], w[f"{p}output.LayerNorm.bias"], w.eps)
+    weights_of_tokens = mask[:, :, None].astype(np.float32)
+    pooled = (x * weights_of_tokens).sum(1) / np.maximum(weights_of_tokens.sum(1), 1e-9)
+    return (pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+
+
+class NumpyEmbedder:
+    """`Embedder` over a local sentence-transformers BERT model, evaluated with NumPy (no torch import). Its name is
+    the torch embedder's: both compute the same vectors, so an index built by one is queried by the other."""
+
+    def __init__(self, model_path: str, config: EmbedderConfig):
+        self._model_dir = Path(model_path)
+        self._config = config
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return f"local/{self._model_dir.name if self._config.model_path else 'all-MiniLM-L6-v2'}"
+
+    @cached_property
+    def _weights(self) -> _BertWeights:
+        key = str(self._model_dir)
+        with _BERT_WEIGHTS_LOCK:
+            if key not in _BERT_WEIGHTS:
+                _BERT_WEIGHTS[key] = _BertWeights(self._model_dir)
+            return _BERT_WEIGHTS[key]
+
+    def _load_tokenizer(self):
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(self._model_dir / "tokenizer.json"))
+        tokenizer.no_padding()
+        return tokenizer
+
+    @cached_property
+    def _tokenizer(self):
+        """Cuts inputs at the model's window, as the model's own tokenizer does when it embeds."""
+        tokenizer = self._load_tokenizer()
+        tokenizer.enable_truncation(self._weights.max_length)
+        return tokenizer
+
+    @cached_property
+    def _counting_tokenizer(self):
+        """Counts a whole text, as chunkers need."""
+        tokenizer = self._load_tokenizer()
+        tokenizer.no_truncation()
+        return tokenizer
+
+    @property
+    def dimension(self) -> int:
+        return int(self._weights["embeddings.word_embeddings.weight"].shape[1])
+
+    @property
+    def max_tokens(self) -> int:
+        return self._weights.max_length - 2  # [CLS] and [SEP]
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._counting_tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        with self._lock:
+            encodings = self._tokenizer.encode_batch(list(texts))
+        vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        # Similar lengths together, so short questions are not padded to the longest text of the call.
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        batch_size = self._config.batch_size
+        for start in range(0, len(order), batch_size):
+            members = order[start : start + batch_size]
+            length = max(len(encodings[i].ids) for i in members)
+            ids = np.zeros((len(members), length), dtype=np.int64)
+            mask = np.zeros((len(members), length), dtype=np.int64)
+            for row, i in enumerate(members):
+                tokens = encodings[i].ids
+                ids[row, : len(tokens)] = tokens
+                mask[row, : len(tokens)] = 1
+            vectors[members] = encode(self._weights, ids, mask)
+        return vectors
