@@ -12,7 +12,8 @@ from graphrag_pipeline.lib.parquet_io import ExportMismatchError, export_index, 
 from graphrag_pipeline.lib.workspace import Workspace
 from graphrag_pipeline.query import open_index
 from graphrag_pipeline_tests.conftest import build, folder_settings
-from graphrag_pipeline_tests.server_index import runbooks_with_a_restricted_page
+from graphrag_pipeline_tests.postgres import throwaway_database
+from graphrag_pipeline_tests.server_index import runbooks_with_a_restricted_page, server_environment
 
 QUESTIONS = ("What to do when a pod is crash looping?", "Which disk array is degraded?")
 # restricted-only questions: the access rule must survive the round trip
@@ -90,38 +91,22 @@ def test_import_into_a_fresh_index_answers_the_same_without_embedding_or_extract
 
 @pytest.mark.slow
 @pytest.mark.server
-def test_import_into_bolt_and_qdrant_answers_the_same(built, tmp_path):
-    from graphrag_pipeline.lib.stores.neo4j_graph import Neo4jGraphStore
-    from graphrag_pipeline.lib.stores.qdrant_vectors import QdrantVectorStore
-    from graphrag_pipeline.lib.backends import open_state
-    from graphrag_pipeline.lib.embedders import configured_embedder
-    from graphrag_pipeline.query.versions import OpenIndex
+def test_import_into_postgresql_bolt_and_qdrant_answers_the_same(built, tmp_path, postgres_server, monkeypatch):
+    """The backend migration path: an embedded index into the production tier, configured by the environment."""
     from graphrag_pipeline_tests.contract.bolt_server import arcadedb_bolt_server
 
     settings, corpus, export_dir = built
-    server = arcadedb_bolt_server()
-    database = server.create_database("import")
-    target = folder_settings(tmp_path / "index", corpus)
-    vectors = QdrantVectorStore(path=str(tmp_path / "qdrant"))
-    workspace = Workspace(target, graph_store=Neo4jGraphStore(server.uri, server.user, server.password, database,
-                                                              ontology=target.ontology),
-                          vector_store=vectors, published_vectors=vectors)
-    try:
-        import_index(workspace, export_dir)
-    finally:
-        workspace.close()
-    reopened = QdrantVectorStore(path=str(tmp_path / "qdrant"))
-    index = OpenIndex(target, state=open_state(target, read_only=True),
-                      graph_store=Neo4jGraphStore(server.uri, server.user, server.password, database,
-                                                  ontology=target.ontology),
-                      embedder=configured_embedder(target, query=True), open_vectors=lambda: reopened,
-                      published_version=lambda: None)
-    try:
-        on_servers = [index.query(question, mode=mode, groups=groups).to_dict()
-                      for question in (*QUESTIONS, RESTRICTED) for mode in ("vector", "graph", "hybrid")
-                      for groups in ([], ["payments-oncall"])]
-    finally:
-        index.close()
+    bolt = arcadedb_bolt_server()
+    with throwaway_database(postgres_server) as database:
+        environment = server_environment(postgres_server, database, bolt, bolt.create_database("import"))
+        for name, value in {**environment, "VECTOR_BACKEND": "qdrant", "QDRANT_PATH": str(tmp_path / "qdrant")}.items():
+            monkeypatch.setenv(name, value)
+        target = folder_settings(tmp_path / "index", corpus)
+        assert (target.backends.state, target.backends.graph, target.backends.vector) == ("postgres", "neo4j", "qdrant")
+        with Workspace(target) as workspace:
+            import_index(workspace, export_dir)
+        on_servers = _answers(target)
+    assert not (tmp_path / "index").exists()  # everything went to the servers
     assert _without_timings(on_servers, places=5) == _without_timings(_answers(settings), places=5)
 
 
