@@ -173,7 +173,8 @@ class EmbedderConfig(StrictModel):
     device: str = "cpu"
     threads: int | None = Field(None, ge=1)  # torch threads for pipeline batches (None: torch's default, all cores)
     # One question is a tiny input: a second thread only adds synchronization, and on a busy machine it made a
-    # query embedding 25x slower (500 ms instead of 20 ms), so query processes default to one thread.
+    # query embedding 25x slower (500 ms instead of 20 ms), so query processes default to one thread (torch's, or
+    # BLAS's with the NumPy runtime).
     query_threads: int | None = Field(1, ge=1)
     # What embeds questions in a query process: the same model evaluated with NumPy (no torch import, a cold query
     # answers in about a second) or with torch (as the build does). Both give the same vectors to float32 rounding.
