@@ -4,15 +4,20 @@
                                                                 [--queries N] [--torch-threads N]
 
 Builds the set's corpus with the stage functions the Dagster assets run, one at a time, and prints each stage's
-wall time, the share of the build spent inside the embedder, then query latency percentiles per mode over the set's
-questions. Model loads and first-query caches are timed apart: they are paid once per process, not per build or
-per question.
+wall time, items/s and the share spent inside the embedder; then, in the same process, the raw model throughput on
+the same chunk texts (length-sorted batches, no pipeline around it), the ratios the speed targets are stated in,
+the index's size on disk per chunk and the peak RSS; then a cold query as a new process (`python -m
+graphrag_pipeline.cli query`) and query latency percentiles per mode over the set's questions. Model loads and
+first-query caches are timed apart: they are paid once per process, not per build or per question.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
+import subprocess
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -36,6 +41,7 @@ from graphrag_pipeline.lib.stages import (
     summarize_elements,
     sync_graph,
 )
+from graphrag_pipeline.lib.stages.embeddings import chunk_embedding_text
 from graphrag_pipeline.lib.stores.protocols import Embedder
 from graphrag_pipeline.lib.workspace import Workspace
 from graphrag_pipeline.query import MODES, open_index
@@ -99,6 +105,12 @@ def compact_counts(counts: dict[str, int], limit: int = 6) -> str:
     return " ".join(shown)
 
 
+# The item each stage's rate is counted in (a report count), for items/s.
+STAGE_ITEMS = {"raw_documents": "documents", "chunks": "chunks", "embeddings": "chunks",
+               "extracted_elements": "chunks", "element_summaries": "elements", "graph": "entities",
+               "communities": "communities", "community_summaries": "communities"}
+
+
 def build_index(set_dir: Path, index_dir: Path, use_extraction: bool):
     settings = eval_settings(set_dir, index_dir, use_extraction)
     incremental = (index_dir / "state.sqlite").is_file()
@@ -110,8 +122,9 @@ def build_index(set_dir: Path, index_dir: Path, use_extraction: bool):
     embedder = TimedEmbedder(local)
     workspace = Workspace(settings, embedder=embedder)
 
-    print(f"{'stage':<22}{'wall s':>9}{'embed s':>9}  counts")
+    print(f"{'stage':<22}{'wall s':>9}{'embed s':>9}{'items/s':>10}  counts")
     build_seconds = 0.0
+    stage_seconds = {}
     try:
         for run in stage_runs(workspace):
             embed_before = embedder.seconds
@@ -119,8 +132,11 @@ def build_index(set_dir: Path, index_dir: Path, use_extraction: bool):
             report = run()
             wall = time.perf_counter() - started
             build_seconds += wall
-            print(f"{report.stage:<22}{wall:>9.1f}{embedder.seconds - embed_before:>9.1f}  "
-                  f"{compact_counts(report.counts)}")
+            stage_seconds[report.stage] = wall
+            items = report.counts.get(STAGE_ITEMS.get(report.stage, ""), 0)
+            print(f"{report.stage:<22}{wall:>9.1f}{embedder.seconds - embed_before:>9.1f}"
+                  f"{items / wall if wall else 0:>10.1f}  {compact_counts(report.counts)}")
+        texts = chunk_texts(workspace)
     finally:
         workspace.close()
     share = embedder.seconds / build_seconds if build_seconds else 0.0
@@ -129,7 +145,48 @@ def build_index(set_dir: Path, index_dir: Path, use_extraction: bool):
           f"({embedder.texts} texts in {embedder.calls} calls, {rate:.0f} texts/s)")
     if not use_extraction:
         print("(extracted_elements includes loading the spaCy model)")
+    print_ratios(local, texts, build_seconds, stage_seconds["embeddings"], index_dir)
     return settings
+
+
+def chunk_texts(ws: Workspace) -> list[str]:
+    """Every chunk as the embeddings stage gives it to the model."""
+    shards = list(all_shards(ws))
+    titles = {d.doc_id: d.title for d in ws.state.documents(shards)}
+    return [chunk_embedding_text(titles[c.doc_id], c) for c in ws.state.chunks(shards)]
+
+
+def print_ratios(model: LocalEmbedder, texts: Sequence[str], build_seconds: float, embedding_stage_seconds: float,
+                 index_dir: Path) -> None:
+    """The model alone on the chunk texts, right after the build on the same machine, and the target ratios."""
+    ordered = sorted(texts, key=len)
+    started = time.perf_counter()
+    for start in range(0, len(ordered), 512):
+        model.embed(ordered[start : start + 512])
+    raw_seconds = time.perf_counter() - started
+    raw_rate, stage_rate = len(texts) / raw_seconds, len(texts) / embedding_stage_seconds
+    on_disk = du(index_dir)
+    print(f"\nraw model on the {len(texts)} chunk texts (length-sorted batches): {raw_seconds:.1f} s, "
+          f"{raw_rate:.1f} chunks/s")
+    print(f"chunk-embedding stage: {stage_rate:.1f} chunks/s = {stage_rate / raw_rate:.2f} of the raw model")
+    print(f"full build / chunk-embedding stage: {build_seconds / embedding_stage_seconds:.2f}x")
+    print(f"index on disk: {on_disk / 1e6:.1f} MB = {on_disk / 1e3 / max(len(texts), 1):.1f} KB per chunk "
+          f"({', '.join(f'{p.name} {du(p) / 1e6:.1f} MB' for p in sorted(index_dir.iterdir()) if du(p) > 1e5)})")
+    print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+
+
+def du(path: Path) -> int:
+    """Bytes allocated on disk under ``path`` (sparse files count what they hold)."""
+    files = [path] if path.is_file() else [f for f in path.rglob("*") if f.is_file()]
+    return sum(f.stat().st_blocks * 512 for f in files)
+
+
+def cold_query(settings, question: str) -> None:
+    """A new process asks one question, as a user at a shell does: interpreter start, imports, model, answer."""
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "graphrag_pipeline.cli", "--index-dir", settings.index_dir, "query",
+                    question], check=True, capture_output=True)
+    print(f"\ncold CLI query (new process, first answer): {time.perf_counter() - started:.2f} s")
 
 
 def percentiles(values_ms: Sequence[float]) -> str:
@@ -189,6 +246,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as scratch:
         index_dir = args.work_dir or Path(scratch) / "index"
         settings = build_index(args.set_dir, index_dir, args.use_extraction)
+        cold_query(settings, questions[0])
         measure_queries(settings, questions)
 
 
