@@ -136,6 +136,7 @@ def build_index(set_dir: Path, index_dir: Path, use_extraction: bool):
             items = report.counts.get(STAGE_ITEMS.get(report.stage, ""), 0)
             print(f"{report.stage:<22}{wall:>9.1f}{embedder.seconds - embed_before:>9.1f}"
                   f"{items / wall if wall else 0:>10.1f}  {compact_counts(report.counts)}")
+            print(f"{'':<22}steps: " + " · ".join(f"{step} {s:.1f}" for step, s in report.seconds.items() if s >= 0.05))
         texts = chunk_texts(workspace)
     finally:
         workspace.close()

@@ -4,7 +4,7 @@ embeddings, graph and community-summaries stages)."""
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -66,10 +66,13 @@ def sync_points(
     wanted: dict[str, tuple[int, str, dict[str, Any]]],  # point id -> (shard, text to embed, payload)
     shards: set[int] | None,
     report: StageReport,
+    vectors_of: Callable[[Sequence[str]], np.ndarray] | None = None,
 ) -> None:
     """Make `collection` (restricted to `shards`) hold exactly `wanted`, embedding only what is new or changed.
     Each batch is booked ``UNSYNCED`` before it is written and with its key after, so a rerun after a kill rewrites
-    the unfinished batch and deletes what a killed run wrote for points that have since disappeared."""
+    the unfinished batch and deletes what a killed run wrote for points that have since disappeared.
+    ``vectors_of``: computes the vectors of a batch of point ids instead of embedding their texts, which then only
+    decide (with the payload) whether a point changed."""
     report.counts.setdefault("embedded", 0)
     report.counts.setdefault("embedding_cache_hits", 0)
     reconcile_collection(ws, collection, report)
@@ -80,7 +83,8 @@ def sync_points(
     progress = ws.progress(report.stage, f"embed {collection}", len(stale))
     for start in range(0, len(stale), EMBEDDING_BATCH):
         batch = stale[start : start + EMBEDDING_BATCH]
-        vectors = embed_texts_cached(ws, [wanted[pid][1] for pid in batch], report)
+        vectors = (vectors_of(batch) if vectors_of is not None
+                   else embed_texts_cached(ws, [wanted[pid][1] for pid in batch], report))
         ws.state.record_indexed_points(collection, {pid: (wanted[pid][0], UNSYNCED) for pid in batch}, [])
         with report.timed("upsert"):
             ws.vector_store.upsert(
