@@ -1,8 +1,10 @@
 """Benchmark of a daily re-sync after a small share of documents changed (not a test: run it by hand).
 
-    python -m graphrag_pipeline_tests.benchmarks.bench_resync [--corpus data/corpus] [--share 0.01] [--seed 7]
+    python -m graphrag_pipeline_tests.benchmarks.bench_resync [--corpus data/corpus] [--eval-set DIR ...]
+                                                              [--share 0.01] [--seed 7]
 
-Copies the corpus, builds it from scratch (models loaded beforehand, so both builds pay only for work), edits
+Copies the corpus (plus, as one Markdown file per passage, the `corpus.jsonl` of each `--eval-set`: the three sets
+beside the project give 3,021 documents with the sample corpus), builds it from scratch (models loaded beforehand, so both builds pay only for work), edits
 ``share`` of its documents (one paragraph appended to each, at least one document), re-syncs the shards holding
 them — what the source sensor's run does — and prints both wall times, per stage, and the re-sync as a share of the
 full build.
@@ -11,6 +13,7 @@ full build.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import shutil
 import tempfile
@@ -33,9 +36,22 @@ def timed_build(settings, shards=None) -> tuple[float, dict[str, float]]:
     return time.perf_counter() - started, {r.stage: r.total_seconds for r in reports}
 
 
+def write_eval_corpus(set_dir: Path, target: Path) -> None:
+    """Each passage of an eval set's corpus.jsonl as ``<set>/<id>.md`` under ``target``."""
+    folder = target / set_dir.name
+    folder.mkdir(parents=True)
+    with (set_dir / "corpus.jsonl").open() as lines:
+        for line in lines:
+            passage = json.loads(line)
+            name = "".join(c if c.isalnum() or c in "-_." else "_" for c in passage["id"])
+            (folder / f"{name}.md").write_text(f"# {passage.get('title') or passage['id']}\n\n{passage['text']}\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", default="data/corpus")
+    parser.add_argument("--eval-set", type=Path, action="append", default=[],
+                        help="an eval-set folder whose corpus.jsonl passages are added as documents")
     parser.add_argument("--share", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
@@ -43,6 +59,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-resync-") as scratch:
         corpus = Path(scratch) / "corpus"
         shutil.copytree(args.corpus, corpus)
+        for set_dir in args.eval_set:
+            write_eval_corpus(set_dir, corpus)
         settings = load_settings(index_dir=str(Path(scratch) / "index"),
                                  sources=[{"name": "c", "kind": "folder", "path": str(corpus)}])
         with Workspace(settings) as warm:  # load the embedding model and spaCy (both cached per process) untimed
