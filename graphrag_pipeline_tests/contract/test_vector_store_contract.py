@@ -433,7 +433,10 @@ def test_published_version_and_reader_copy_keep_the_shard_files_sparse(tmp_path:
     store.upsert("chunks", corpus()[:3])
     version = store.publish()
     published = tmp_path / "vectors" / "published" / version
-    assert same_files(tmp_path / "vectors" / "collections" / "chunks" / "shard", published / "chunks")
+    working = tmp_path / "vectors" / "collections" / "chunks" / "shard"
+    assert not working.exists()  # stored once at rest: the version is the only copy
+    assert store.count("chunks") == 3  # the next operation copies the working shard back from it
+    assert same_files(working, published / "chunks")
 
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -501,3 +504,26 @@ def test_reader_answers_concurrent_searches_from_many_threads(tmp_path: Path) ->
             tops = list(pool.map(top_hit, range(len(vectors))))
 
     assert tops == [f"p{i}" for i in range(len(vectors))]
+
+
+def test_each_collection_is_stored_once_at_rest_and_writes_after_a_publish_keep_every_point(tmp_path: Path) -> None:
+    store = edge_store(tmp_path)
+    points = corpus()
+    store.upsert("chunks", points[:3])
+    store.ensure_collection("entities", DIM)
+    store.upsert("entities", points[3:4])
+    store.publish()
+    collections = tmp_path / "vectors" / "collections"
+    assert sorted(p.name for p in collections.glob("*/shard")) == []
+    assert store.collections() == ["chunks", "entities"] and store.dimension("entities") == DIM
+
+    store.upsert("chunks", points[4:5])  # restores the chunks shard only, then writes on top of it
+    assert sorted(p.parent.name for p in collections.glob("*/shard")) == ["chunks"]
+    assert store.point_ids("chunks") == {p.point_id for p in [*points[:3], points[4]]}
+    version = store.publish()
+    assert sorted(p.name for p in collections.glob("*/shard")) == []
+    with EdgeVectorReader(tmp_path / "vectors", scratch_dir=tmp_path) as reader:
+        assert reader.version == version
+        assert reader.point_ids("chunks") == {p.point_id for p in [*points[:3], points[4]]}
+        assert reader.point_ids("entities") == {points[3].point_id}  # carried over unchanged, by hard links
+    assert published_versions(tmp_path / "vectors") == [version]

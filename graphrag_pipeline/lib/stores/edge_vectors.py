@@ -11,12 +11,16 @@ lock), while Dagster runs steps in separate processes and agents query from thei
   unindexed segment searched by brute force) and copies them all into a new immutable version directory, then
   atomically switches the ``CURRENT`` pointer. Only the current version is kept: the one before it is deleted as
   soon as no reader can be copying it (see *Versions* below).
+* At rest every collection is stored once. Once a version is current, the working shards it was copied from are
+  deleted (they equal it); the next operation on a collection copies its working shard back from the current
+  version. A collection nobody wrote since the last publish goes into the next version as hard links to the current
+  version's files, which are never written once published (readers open copies).
 * ``EdgeVectorReader`` copies the current version into a private scratch directory and opens that, so any number of
   reader processes can run next to a writer that keeps writing the working copies.
 
 Layout under the root::
 
-    collections/<name>/shard/      working EdgeShard directory
+    collections/<name>/shard/      working EdgeShard directory, from the first operation after a publish to the next
     collections/<name>/write.lock  flock serializing everything that opens the working shard
     published/CURRENT              name of the version readers open
     published/v000001/<name>/      an immutable, optimized copy of each collection
@@ -29,7 +33,7 @@ exclusive lock (readers still copying it); once ``CURRENT`` has switched, no rea
 any other version, and every version but the current one is deleted (under ``publish.lock``, after ``read.lock`` is
 released so new readers need not wait for the deletion). There is no older version to roll back to.
 
-Disk: Edge preallocates its files (32 MiB per WAL file, vector chunk and payload page) but leaves them sparse, so a
+Disk (besides each collection stored once at rest): Edge preallocates its files (32 MiB per WAL file, vector chunk and payload page) but leaves them sparse, so a
 three-point collection has about 138 MB of apparent size in a few hundred KB of blocks. Every copy (publish and reader)
 therefore preserves the holes (``_copy_sparse``); a plain ``shutil.copytree`` would allocate all 138 MB per copy.
 
@@ -49,7 +53,7 @@ import tempfile
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -283,6 +287,7 @@ class EdgeVectorStore:
         shard_dir = self._shard_dir(collection)
         with self._locked(collection):
             state = self._state(collection)
+            self._restore_working_shard(collection)
             if (shard_dir / _EDGE_CONFIG_FILE).exists():
                 existing = _shard_dimension(shard_dir)
                 if existing != dimension:
@@ -354,19 +359,26 @@ class EdgeVectorStore:
     # -- beyond the protocol -------------------------------------------------------------------------------------
 
     def collections(self) -> list[str]:
-        return sorted(
-            entry.name
-            for entry in self._collections_dir.iterdir()
-            if (entry / "shard" / _EDGE_CONFIG_FILE).exists()
-        )
+        working = {entry.name for entry in self._collections_dir.iterdir()
+                   if (entry / "shard" / _EDGE_CONFIG_FILE).exists()}
+        with _flock(self._published_dir / "read.lock", fcntl.LOCK_SH):  # the version listed is not pruned meanwhile
+            version = _read_current(self._published_dir)
+            published = {entry.name for entry in (self._published_dir / version).iterdir()
+                         if (entry / _EDGE_CONFIG_FILE).exists()} if version else set()
+        return sorted(working | published)
 
     def dimension(self, collection: str) -> int:
         if collection not in self._dimensions:
             check_collection_name(collection)
-            config_file = self._shard_dir(collection) / _EDGE_CONFIG_FILE
-            if not config_file.exists():
-                raise CollectionNotFoundError(f"collection {collection!r} does not exist under {self.root}")
-            self._dimensions[collection] = _shard_dimension(config_file.parent)
+            with _flock(self._published_dir / "read.lock", fcntl.LOCK_SH):
+                version = _read_current(self._published_dir)
+                candidates = [self._shard_dir(collection)]
+                if version:
+                    candidates.append(self._published_dir / version / collection)
+                shard_dir = next((d for d in candidates if (d / _EDGE_CONFIG_FILE).exists()), None)
+                if shard_dir is None:
+                    raise CollectionNotFoundError(f"collection {collection!r} does not exist under {self.root}")
+                self._dimensions[collection] = _shard_dimension(shard_dir)
         return self._dimensions[collection]
 
     @contextmanager
@@ -381,6 +393,7 @@ class EdgeVectorStore:
         with self._locked(collection):
             if state.session_shard is not None:
                 raise RuntimeError(f"a session on collection {collection!r} is already open in this thread")
+            self._restore_working_shard(collection)
             shard = EdgeShard.load(str(self._shard_dir(collection)))
             state.session_shard = shard
             try:
@@ -393,7 +406,10 @@ class EdgeVectorStore:
     def publish(self, optimize: bool = True) -> str:
         """Copies every collection into a new immutable version, switches ``CURRENT`` to it and returns its name.
 
-        The previous version is deleted once no reader is copying it (see *Versions* in the module docstring).
+        The previous version is deleted once no reader is copying it (see *Versions* in the module docstring), and
+        the working shards once the new version is current, so each collection is stored once at rest. Every
+        collection's lock is held from its copy until its working shard is gone: a write landing in between would
+        otherwise be in neither.
 
         ``optimize`` builds the HNSW index (and vacuums deletions) first, so readers do not search by brute force;
         it is the slow part for large collections (about two minutes for 50k 384-d vectors on two cores) and is
@@ -406,14 +422,27 @@ class EdgeVectorStore:
             _remove_versions_except_current(self._published_dir)  # one that died between switch and cleanup
             versions = _published_versions(self._published_dir)
             version = f"v{int(versions[-1][1:]) + 1 if versions else 1:06d}"
+            current = _read_current(self._published_dir)
             staging = self._published_dir / f".staging-{version}"
             staging.mkdir()
-            for collection in self.collections():
-                self._copy_working_shard(collection, staging / collection, optimize)
-            staging.rename(self._published_dir / version)
-            # Waits until no reader is copying the previous version; readers that come after see the new one.
-            with _flock(self._published_dir / "read.lock", fcntl.LOCK_EX):
-                _write_atomically(self._published_dir / "CURRENT", version + "\n")
+            with ExitStack() as locks:
+                copied = []
+                for collection in self.collections():
+                    locks.enter_context(self._locked(collection))
+                    if self._state(collection).session_shard is not None:
+                        raise RuntimeError(f"cannot publish while a session on {collection!r} is open in this thread")
+                    if (self._shard_dir(collection) / _EDGE_CONFIG_FILE).exists():
+                        self._copy_working_shard(collection, staging / collection, optimize)
+                        copied.append(collection)
+                    else:  # unchanged since the current version, whose files are never written again
+                        shutil.copytree(self._published_dir / str(current) / collection, staging / collection,
+                                        copy_function=os.link)
+                staging.rename(self._published_dir / version)
+                # Waits until no reader is copying the previous version; readers that come after see the new one.
+                with _flock(self._published_dir / "read.lock", fcntl.LOCK_EX):
+                    _write_atomically(self._published_dir / "CURRENT", version + "\n")
+                for collection in copied:
+                    self._retire_working_shard(collection)
             _remove_versions_except_current(self._published_dir)
         return version
 
@@ -458,6 +487,7 @@ class EdgeVectorStore:
             if state.session_shard is not None:
                 yield state.session_shard
                 return
+            self._restore_working_shard(collection)
             shard = EdgeShard.load(str(self._shard_dir(collection)))
             try:
                 yield shard
@@ -467,19 +497,40 @@ class EdgeVectorStore:
                 shard.close()
 
     def _copy_working_shard(self, collection: str, target: Path, optimize: bool) -> None:
-        state = self._state(collection)
-        with self._locked(collection):
-            if state.session_shard is not None:
-                raise RuntimeError(f"cannot publish while a session on {collection!r} is open in this thread")
-            shard = EdgeShard.load(str(self._shard_dir(collection)))
-            try:
-                if optimize:
-                    shard.optimize()
-                shard.flush()
-            finally:
-                shard.close()
-            # Copied while still holding the lock, so no writer changes the files mid-copy.
-            _copy_tree_sparse(self._shard_dir(collection), target)
+        """Optimizes the working shard and copies it to ``target``; the caller holds the collection's lock."""
+        shard = EdgeShard.load(str(self._shard_dir(collection)))
+        try:
+            if optimize:
+                shard.optimize()
+            shard.flush()
+        finally:
+            shard.close()
+        _copy_tree_sparse(self._shard_dir(collection), target)
+
+    def _retire_working_shard(self, collection: str) -> None:
+        """Deletes a working shard that the current version holds a copy of; the caller holds the collection's
+        lock. Renamed away first, so a crash mid-delete leaves no half shard that looks like a working one."""
+        retired = self._collections_dir / collection / ".retired"
+        shutil.rmtree(retired, ignore_errors=True)
+        self._shard_dir(collection).rename(retired)
+        shutil.rmtree(retired)
+
+    def _restore_working_shard(self, collection: str) -> None:
+        """Copies the collection's working shard back from the current version when publish retired it; the
+        caller holds the collection's lock. A collection in no version and without a working shard stays absent."""
+        shard_dir = self._shard_dir(collection)
+        if (shard_dir / _EDGE_CONFIG_FILE).exists():
+            return
+        restoring = self._collections_dir / collection / ".restoring"
+        with _flock(self._published_dir / "read.lock", fcntl.LOCK_SH):
+            version = _read_current(self._published_dir)
+            source = self._published_dir / version / collection if version else None
+            if source is None or not (source / _EDGE_CONFIG_FILE).exists():
+                return
+            shutil.rmtree(restoring, ignore_errors=True)  # a restore that died mid-copy
+            _copy_tree_sparse(source, restoring)
+        shutil.rmtree(shard_dir, ignore_errors=True)  # a shard whose creation died before its config was written
+        restoring.rename(shard_dir)
 
     @staticmethod
     def _to_point(point: VectorPoint, dimension: int) -> Point:
