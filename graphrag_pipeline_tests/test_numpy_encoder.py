@@ -45,6 +45,14 @@ def test_vectors_equal_the_torch_models_across_padding_truncation_and_unicode(bo
     np.testing.assert_allclose(numpy_embedder.embed(TEXTS[:1])[0], by_numpy[0], atol=1e-6)  # alone = in a batch
 
 
+def test_the_torch_embedder_batches_by_token_length_and_answers_in_the_callers_order():
+    embedder = LocalEmbedder(EmbedderConfig(batch_size=2))  # batches of 2 out of 7 texts reordered by tokens
+    together = embedder.embed(TEXTS)
+    alone = np.stack([embedder.embed([text])[0] for text in TEXTS])
+    np.testing.assert_allclose(together, alone, atol=2e-5)
+    assert embedder.embed([]).shape == (0, embedder.dimension)
+
+
 def test_it_describes_itself_as_the_torch_embedder_does(both):
     numpy_embedder, torch_embedder = both
     assert numpy_embedder.name == torch_embedder.name  # an index built by one is queried by the other

@@ -93,16 +93,26 @@ class LocalEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
+        texts = list(texts)
+        vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
         # torch releases the GIL inside kernels, but the tokenizer and module state are not thread-safe.
         with self._encode_lock:
-            vectors = self._model.encode(
-                list(texts),
-                batch_size=self._config.batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
-        return np.asarray(vectors, dtype=np.float32)
+            # Batches of texts of (nearly) one length in tokens, so a batch pads next to nothing: sentence-transformers
+            # orders a call's texts by characters, which mixes 3- and 10-token names in a batch (entity names embed
+            # a third faster so). The order of a call's results is the caller's.
+            lengths = [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]]
+            order = sorted(range(len(texts)), key=lambda i: lengths[i])
+            batch_size = self._config.batch_size
+            for start in range(0, len(order), batch_size):
+                members = order[start : start + batch_size]
+                vectors[members] = self._model.encode(
+                    [texts[i] for i in members],
+                    batch_size=batch_size,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
+        return vectors
 
 
 def configured_embedder(settings: PipelineSettings, *, query: bool, usage=None):
