@@ -56,6 +56,11 @@ def _parser() -> argparse.ArgumentParser:
                        help="an access group of the caller (repeatable); without any, only unrestricted documents")
     graph.add_argument("--json", action="store_true", help="JSON instead of a table")
 
+    serve = commands.add_parser("serve", parents=[config_flag, index_dir_flag],
+                                help="answer questions and graph exploration over HTTP (server.* in the configuration)")
+    serve.add_argument("--host", help="address to listen on (default: server.host, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default: server.port; 0: any free port)")
+
     build = commands.add_parser("build", parents=[config_flag, index_dir_flag],
                                 help="run all eight stages in this process, without Dagster")
     build.add_argument("--json", action="store_true", help="JSON report, and no progress bar")
@@ -135,6 +140,8 @@ def _run(args: argparse.Namespace) -> int:
         return _repair(args)
     if args.command in ("export", "import"):
         return _export_or_import(args)
+    if args.command == "serve":
+        return _serve(args)
 
     from graphrag_pipeline.query import open_index
 
@@ -147,7 +154,7 @@ def _run(args: argparse.Namespace) -> int:
             from graphrag_pipeline.query import explore
 
             if args.what == "stats":
-                payload = explore.graph_stats(index.graph)
+                payload = explore.visible_graph_stats(index, groups=args.groups)
                 text = _format_stats(payload)
             elif args.what == "entities":
                 payload = explore.list_entities(index, groups=args.groups, offset=args.offset, limit=args.limit,
@@ -157,6 +164,31 @@ def _run(args: argparse.Namespace) -> int:
                 payload = explore.list_relationships(index, groups=args.groups, offset=args.offset, limit=args.limit)
                 text = _format_page(payload, "relationships", ("subject", "predicate", "object", "weight", "documents"))
             _print(payload, args.json, text)
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import logging
+
+    import uvicorn
+
+    from graphrag_pipeline.lib.config import load_settings
+    from graphrag_pipeline.query import open_index
+    from graphrag_pipeline.server.app import create_app
+    from graphrag_pipeline.server.auth import KeyRing
+
+    overrides = {"index_dir": args.index_dir} if args.index_dir else {}
+    settings = load_settings(args.config, **overrides)
+    server = settings.server.model_copy(update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None})
+    keys = KeyRing.from_config(server)
+    if not len(keys):
+        raise ValueError(f"no API key is configured: add server.api_keys (name, sha256 of the key, groups) or "
+                         f"${server.api_keys_env}; without one every request would be refused")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    with open_index(settings=settings) as index:
+        index.embedder.embed(["warm-up"])  # the model loads before the first caller waits for it
+        app = create_app(index, settings.with_overrides(server=server.model_dump()), keys)
+        uvicorn.run(app, host=server.host, port=server.port, log_level="info", access_log=False)
     return 0
 
 

@@ -454,6 +454,35 @@ class RunsConfig(StrictModel):
     shards_per_run: int | None = Field(None, ge=1)
 
 
+class ApiKey(StrictModel):
+    """One caller of the HTTP server: the SHA-256 of its key (the key itself is never stored) and the access groups
+    its questions are answered for. Callers cannot choose their groups: the key decides."""
+
+    name: str = Field(min_length=1)  # who it is, in access logs
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")  # printf %s "$KEY" | sha256sum
+    groups: tuple[str, ...] = ()  # empty: reads only documents without access groups
+
+    @model_validator(mode="after")
+    def _exact_group_names(self) -> "ApiKey":
+        if any(not group.strip() or group != group.strip() for group in self.groups):
+            raise ValueError(f"api key {self.name!r}: groups may not contain empty names or surrounding spaces")
+        return self
+
+
+class ServerConfig(StrictModel):
+    """`graphrag-pipeline serve`: the HTTP API over the query module."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8765, ge=0, le=65535)  # 0: any free port (printed at start)
+    api_keys: tuple[ApiKey, ...] = ()
+    # An environment variable holding more keys as a JSON list of the same objects (kept out of config files).
+    api_keys_env: str | None = "GRAPHRAG_API_KEYS"
+    max_concurrent_requests: int = Field(8, ge=1)  # beyond: 429 at once, instead of a queue that times out
+    request_timeout_seconds: float = Field(30.0, gt=0)  # a request still working then answers 504
+    max_question_chars: int = Field(2000, ge=1)
+    log_questions: bool = False  # access logs leave question text out unless this is set
+
+
 class PipelineSettings(StrictModel):
     index_dir: str = ".graphrag/index"
     shard_count: int = Field(64, ge=1, le=4096)
@@ -469,6 +498,7 @@ class PipelineSettings(StrictModel):
     checks: ChecksConfig = ChecksConfig()
     backends: BackendsConfig = BackendsConfig()
     runs: RunsConfig = RunsConfig()
+    server: ServerConfig = ServerConfig()
 
     @model_validator(mode="after")
     def _types_in_ontology(self) -> "PipelineSettings":

@@ -7,6 +7,7 @@ would. Offsets count what the caller may see.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
@@ -39,6 +40,68 @@ def graph_stats(graph: GraphStore, top_types: int = 10) -> dict[str, Any]:
     }
 
 
+def visible_graph_stats(index: Index, *, groups: Iterable[str] = (), top_types: int = 10) -> dict[str, Any]:
+    """``graph_stats`` of what a caller holding ``groups`` may see: the store's own counts for a caller who reads
+    every document, else counted over the entities and relationships some readable document supports (a count of
+    what only a restricted document states would tell that it exists)."""
+    access = reader_access(index.state, groups)
+    if access.reads_everything():
+        return graph_stats(index.graph, top_types)
+    entity_types: Counter[str] = Counter()
+    relationship_types: Counter[str] = Counter()
+    chunks: set[str] = set()
+    for entity in _visible(lambda start, size: index.graph.list_entities(offset=start, limit=size), access):
+        entity_types[entity.type] += 1
+        chunks.update(entity.chunk_ids)
+    for relationship in _visible(lambda start, size: index.graph.list_relationships(offset=start, limit=size), access):
+        relationship_types[relationship.type] += 1
+    readable_chunks = {chunk_id for chunk_id, doc_id in index.state.query("SELECT chunk_id, doc_id FROM chunks")
+                       if chunk_id in chunks and access.can_read(doc_id)}
+    return {
+        "entities": sum(entity_types.values()),
+        "relationships": sum(relationship_types.values()),
+        "chunks_with_mentions": len(readable_chunks),
+        "top_entity_types": dict(sorted(entity_types.items(), key=lambda kv: (-kv[1], kv[0]))[:top_types]),
+        "relationship_types": dict(sorted(relationship_types.items(), key=lambda kv: (-kv[1], kv[0]))),
+    }
+
+
+def entity_neighbourhood(index: Index, entity_id: str, *, groups: Iterable[str] = (), limit: int = 50,
+                         ) -> dict[str, Any] | None:
+    """One entity as a caller holding ``groups`` may see it, with up to ``limit`` of its relationships that some
+    readable document states (heaviest first) and the entities at their other ends; None when the caller may not see
+    the entity (or it does not exist: the two are told apart by nobody)."""
+    _check_page(0, limit)
+    access = reader_access(index.state, groups)
+    entity = index.graph.get_entities([entity_id]).get(entity_id)
+    if entity is None or not access.can_read_any(entity.doc_ids):
+        return None
+    [entity] = with_provenance(index.state, [entity], access)
+    neighbourhood = index.graph.neighbourhoods([entity_id]).get(entity_id)
+    relationship_ids = [rid for _, rid, _ in neighbourhood.edges] if neighbourhood else []
+    stored = index.graph.get_relationships(relationship_ids)
+    readable = [stored[rid] for rid in dict.fromkeys(relationship_ids)
+                if rid in stored and access.can_read_any(stored[rid].doc_ids)][:limit]
+    readable = with_provenance(index.state, readable, access)
+    ends = index.graph.get_entities({r.source_id for r in readable} | {r.target_id for r in readable})
+    return {
+        "entity": _entity_row(entity, access),
+        "relationships": [
+            {"id": r.relationship_id, "subject": ends[r.source_id].name, "subject_id": r.source_id,
+             "predicate": r.type, "object": ends[r.target_id].name, "object_id": r.target_id,
+             "original_predicates": access.predicates(r)[:5], "weight": r.weight,
+             "documents": sum(access.can_read(d) for d in r.doc_ids)}
+            for r in readable if r.source_id in ends and r.target_id in ends
+        ],
+    }
+
+
+def _entity_row(entity: Entity, access: ReaderAccess) -> dict[str, Any]:
+    return {"id": entity.entity_id, "name": entity.name, "type": entity.type, "mention_count": entity.mention_count,
+            "documents": sum(access.can_read(d) for d in entity.doc_ids),
+            "description": access.description(entity)[:300]}
+
+
 def list_entities(index: Index, *, groups: Iterable[str] = (), offset: int = 0, limit: int = 50,
                   order_by: str = "mention_count") -> dict[str, Any]:
     """A page of the entities a caller holding ``groups`` may see."""
@@ -54,11 +117,7 @@ def list_entities(index: Index, *, groups: Iterable[str] = (), offset: int = 0, 
         "offset": offset,
         "limit": limit,
         "order_by": order_by,
-        "entities": [
-            {"id": e.entity_id, "name": e.name, "type": e.type, "mention_count": e.mention_count,
-             "documents": sum(access.can_read(d) for d in e.doc_ids), "description": access.description(e)[:300]}
-            for e in entities
-        ],
+        "entities": [_entity_row(e, access) for e in entities],
     }
 
 

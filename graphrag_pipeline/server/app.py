@@ -1,0 +1,222 @@
+"""The HTTP API (FastAPI): search, index and graph exploration, each answered for the caller's key.
+
+Every answer goes through the query module's functions with the caller's groups (``QueryEngine.query``,
+``query.explore``), the same access rule as the CLI and Python callers. Bad input gets a 4xx JSON error that says what
+is wrong; nothing answers a traceback. Work runs on a pool of ``max_concurrent_requests`` threads: a request beyond
+that gets 429 at once (a queue would only turn into timeouts), and one still working after
+``request_timeout_seconds`` answers 504 (its thread finishes and frees its slot).
+"""
+
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal, TypeVar
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from graphrag_pipeline.lib.config import PipelineSettings
+from graphrag_pipeline.query import IndexNotFoundError, OpenIndex
+from graphrag_pipeline.query.explore import (
+    ENTITY_ORDERS,
+    entity_neighbourhood,
+    list_entities,
+    list_relationships,
+    visible_graph_stats,
+)
+from graphrag_pipeline.query.models import MAX_HOPS, Fusion, Granularity, Mode
+from graphrag_pipeline.server.auth import Caller, KeyRing
+
+ACCESS_LOG = logging.getLogger("graphrag_pipeline.server.access")
+ERROR_LOG = logging.getLogger("graphrag_pipeline.server")
+MAX_TOP_K = 50
+PAGE_LIMIT = 1000
+T = TypeVar("T")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers or {}
+
+
+class SearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(min_length=1, description="the question, in the words of the corpus where possible")
+    mode: Mode = "hybrid"
+    top_k: int | None = Field(None, ge=1, le=MAX_TOP_K, description="results (default: the configuration's)")
+    max_hops: int | None = Field(None, ge=0, le=MAX_HOPS)
+    fusion: Fusion | None = None
+    results: Granularity | None = Field(None, description="documents (distinct documents, cited) or chunks")
+
+
+class ErrorBody(BaseModel):
+    error: str
+    details: list[dict[str, Any]] = []
+
+
+class Health(BaseModel):
+    status: Literal["ok", "ready", "not ready"]
+    version: str | None = None
+
+
+def create_app(index: OpenIndex, settings: PipelineSettings, keys: KeyRing) -> FastAPI:
+    """The API over one open index; the caller closes the index after the app stops."""
+    config = settings.server
+    slots = threading.BoundedSemaphore(config.max_concurrent_requests)
+    pool = ThreadPoolExecutor(config.max_concurrent_requests, thread_name_prefix="graphrag-serve")
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        yield
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(
+        title="graphrag_pipeline",
+        version="1",
+        description="Questions and graph exploration over a graphrag_pipeline index, answered for the caller's key.",
+        responses={code: {"model": ErrorBody} for code in (400, 401, 404, 422, 429, 503, 504)},
+        lifespan=lifespan,
+    )
+
+    async def run(work: Callable[[], T]) -> T:
+        if not slots.acquire(blocking=False):
+            raise ApiError(429, f"the server is answering {config.max_concurrent_requests} requests at once, its "
+                                "limit; try again shortly", {"Retry-After": "1"})
+        future = asyncio.get_running_loop().run_in_executor(pool, work)
+        future.add_done_callback(lambda _: slots.release())
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), config.request_timeout_seconds)
+        except asyncio.TimeoutError:
+            raise ApiError(504, f"the request took longer than {config.request_timeout_seconds:g} s") from None
+
+    def caller_of(request: Request) -> Caller:
+        authorization = request.headers.get("authorization", "")
+        presented = (authorization.removeprefix("Bearer ").strip() if authorization.startswith("Bearer ")
+                     else request.headers.get("x-api-key"))
+        caller = keys.caller(presented)
+        if caller is None:
+            raise ApiError(401, "an API key is required: Authorization: Bearer <key> or X-API-Key: <key>"
+                           if not presented else "unknown API key", {"WWW-Authenticate": "Bearer"})
+        request.state.caller = caller.name
+        return caller
+
+    Authenticated = Annotated[Caller, Depends(caller_of)]
+
+    @app.middleware("http")
+    async def access_log(request: Request, call_next):
+        started = time.perf_counter()
+        response = await call_next(request)
+        record = {"method": request.method, "path": request.url.path, "status": response.status_code,
+                  "ms": round((time.perf_counter() - started) * 1000, 1),
+                  "caller": getattr(request.state, "caller", None)}
+        if config.log_questions and getattr(request.state, "question", None):
+            record["question"] = request.state.question
+        ACCESS_LOG.info(json.dumps(record))
+        return response
+
+    @app.exception_handler(ApiError)
+    async def api_error(_request: Request, error: ApiError) -> JSONResponse:
+        return JSONResponse({"error": error.message}, status_code=error.status, headers=error.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_request: Request, error: RequestValidationError) -> JSONResponse:
+        details = [{"where": ".".join(str(part) for part in e["loc"]), "problem": e["msg"]} for e in error.errors()]
+        return JSONResponse({"error": "invalid request: " + "; ".join(f"{d['where']}: {d['problem']}"
+                                                                      for d in details), "details": details},
+                            status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, error: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"error": str(error.detail)}, status_code=error.status_code, headers=error.headers)
+
+    @app.exception_handler(ValueError)
+    async def refused_value(_request: Request, error: ValueError) -> JSONResponse:
+        return JSONResponse({"error": str(error)}, status_code=400)
+
+    @app.exception_handler(IndexNotFoundError)
+    async def no_index(_request: Request, error: IndexNotFoundError) -> JSONResponse:
+        return JSONResponse({"error": str(error)}, status_code=503)
+
+    @app.exception_handler(Exception)
+    async def unexpected(_request: Request, error: Exception) -> JSONResponse:
+        ERROR_LOG.exception("request failed")  # the traceback stays in the server's log
+        return JSONResponse({"error": f"internal error ({type(error).__name__})"}, status_code=500)
+
+    @app.get("/healthz", response_model=Health, tags=["operations"])
+    async def healthz() -> Health:
+        """The process answers."""
+        return Health(status="ok")
+
+    @app.get("/readyz", response_model=Health, tags=["operations"],
+             responses={503: {"model": Health}})
+    async def readyz():
+        """The index is open and answers questions."""
+        try:
+            version = index.version
+            index.state.document_count()
+        except Exception:  # any store failure means not ready; the reason is in the server log
+            ERROR_LOG.exception("readiness check failed")
+            return JSONResponse(Health(status="not ready").model_dump(), status_code=503)
+        return Health(status="ready", version=version)
+
+    @app.post("/v1/search", tags=["search"])
+    async def search(body: SearchRequest, caller: Authenticated, request: Request) -> dict[str, Any]:
+        """Answer a question: ranked results with text, source, entity path, per-signal scores, hops and citations,
+        the linked entities and the facts behind them — only what the caller's groups may read."""
+        if len(body.question) > config.max_question_chars:
+            raise ApiError(400, f"question is {len(body.question)} characters; at most {config.max_question_chars}")
+        if not body.question.strip():
+            raise ApiError(400, "question is blank")
+        request.state.question = body.question
+        response = await run(lambda: index.query(
+            body.question, mode=body.mode, top_k=body.top_k, max_hops=body.max_hops, fusion=body.fusion,
+            results=body.results, groups=caller.groups))
+        return {"index_version": index.version, **response.to_dict()}
+
+    @app.get("/v1/index", tags=["index"])
+    async def index_info(caller: Authenticated) -> dict[str, Any]:
+        """The index's published version, its models and what the caller can see of it."""
+        counts = await run(lambda: visible_graph_stats(index, groups=caller.groups))
+        return {"version": index.version, "embedder": index.embedder.name,
+                "extractor": settings.extraction.extractor, "graph": counts}
+
+    @app.get("/v1/graph", tags=["graph"])
+    async def graph(caller: Authenticated) -> dict[str, Any]:
+        """Counts of the entities and relationships (by type) the caller may see."""
+        return await run(lambda: visible_graph_stats(index, groups=caller.groups))
+
+    @app.get("/v1/entities", tags=["graph"])
+    async def entities(caller: Authenticated, offset: Annotated[int, Query(ge=0)] = 0,
+                       limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT)] = 50,
+                       order_by: Annotated[Literal[ENTITY_ORDERS], Query()] = "mention_count") -> dict[str, Any]:
+        """A page of the entities the caller may see."""
+        return await run(lambda: list_entities(index, groups=caller.groups, offset=offset, limit=limit,
+                                               order_by=order_by))
+
+    @app.get("/v1/relationships", tags=["graph"])
+    async def relationships(caller: Authenticated, offset: Annotated[int, Query(ge=0)] = 0,
+                            limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT)] = 50) -> dict[str, Any]:
+        """A page of the relationships the caller may see."""
+        return await run(lambda: list_relationships(index, groups=caller.groups, offset=offset, limit=limit))
+
+    @app.get("/v1/entities/{entity_id}", tags=["graph"])
+    async def entity(entity_id: str, caller: Authenticated,
+                     limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT)] = 50) -> dict[str, Any]:
+        """One entity with its relationships and their other ends, as the caller may see them."""
+        found = await run(lambda: entity_neighbourhood(index, entity_id, groups=caller.groups, limit=limit))
+        if found is None:
+            raise ApiError(404, f"no entity {entity_id!r}")
+        return found
+
+    return app
