@@ -61,6 +61,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to listen on (default: server.host, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default: server.port; 0: any free port)")
 
+    mcp = commands.add_parser("mcp", parents=[config_flag, index_dir_flag],
+                              help="the MCP server: search_knowledge, explore_entity, graph_overview")
+    mcp.add_argument("--transport", choices=("stdio", "http"), default="stdio",
+                     help="stdio (the groups of the key in $GRAPHRAG_MCP_KEY) or streamable HTTP at /mcp (each "
+                          "request's bearer key)")
+    mcp.add_argument("--host", help="address for --transport http (default: server.host)")
+    mcp.add_argument("--port", type=int, help="port for --transport http (default: server.port; 0: any free port)")
+
     build = commands.add_parser("build", parents=[config_flag, index_dir_flag],
                                 help="run all eight stages in this process, without Dagster")
     build.add_argument("--json", action="store_true", help="JSON report, and no progress bar")
@@ -142,6 +150,8 @@ def _run(args: argparse.Namespace) -> int:
         return _export_or_import(args)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "mcp":
+        return _mcp(args)
 
     from graphrag_pipeline.query import open_index
 
@@ -167,14 +177,9 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace) -> int:
-    import logging
-
-    import uvicorn
-
+def _server_settings(args: argparse.Namespace):
+    """The settings, the server section with the command line's host and port, and the key ring (refused empty)."""
     from graphrag_pipeline.lib.config import load_settings
-    from graphrag_pipeline.query import open_index
-    from graphrag_pipeline.server.app import create_app
     from graphrag_pipeline.server.auth import KeyRing
 
     overrides = {"index_dir": args.index_dir} if args.index_dir else {}
@@ -184,6 +189,44 @@ def _serve(args: argparse.Namespace) -> int:
     if not len(keys):
         raise ValueError(f"no API key is configured: add server.api_keys (name, sha256 of the key, groups) or "
                          f"${server.api_keys_env}; without one every request would be refused")
+    return settings, server, keys
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    import socket
+
+    import uvicorn
+
+    from graphrag_pipeline.query import open_index
+    from graphrag_pipeline.server.mcp import STDIO_KEY_ENV, create_mcp, token_caller
+
+    settings, server_config, keys = _server_settings(args)
+    if args.transport == "stdio":
+        caller = keys.caller(os.environ.get(STDIO_KEY_ENV))
+        if caller is None:
+            raise ValueError(f"${STDIO_KEY_ENV} must hold a configured API key: its groups are the agent's")
+        with open_index(settings=settings) as index:
+            create_mcp(index, lambda: caller).run("stdio")
+        return 0
+    listener = socket.create_server((server_config.host, server_config.port))  # bound first: the URL names the port
+    url = f"http://{server_config.host}:{listener.getsockname()[1]}/mcp"
+    with open_index(settings=settings) as index:
+        index.embedder.embed(["warm-up"])
+        app = create_mcp(index, token_caller, keys=keys, public_url=url).streamable_http_app(host=server_config.host)
+        print(f"MCP server (streamable HTTP) at {url}", file=sys.stderr, flush=True)
+        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listener])
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import logging
+
+    import uvicorn
+
+    from graphrag_pipeline.query import open_index
+    from graphrag_pipeline.server.app import create_app
+
+    settings, server, keys = _server_settings(args)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with open_index(settings=settings) as index:
         index.embedder.embed(["warm-up"])  # the model loads before the first caller waits for it
