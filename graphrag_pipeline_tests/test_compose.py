@@ -36,6 +36,7 @@ DOCKERFILE = DEPLOY / "Dockerfile"
 EXAMPLE_CONFIG = DEPLOY / "graphrag.yaml"
 
 DAGSTER_SERVICES = ("dagster-webserver", "dagster-daemon")
+PROJECT_IMAGE_SERVICES = (*DAGSTER_SERVICES, "graphrag-api")  # the project's image: its inputs and deploy/.env
 SERVERS = ("neo4j", "qdrant", "postgres")
 PG_VARS = ("DAGSTER_PG_HOST", "DAGSTER_PG_PORT", "DAGSTER_PG_USER", "DAGSTER_PG_PASSWORD", "DAGSTER_PG_DB")
 SECRET_KEY = re.compile(r"PASSWORD|SECRET|API_KEY|TOKEN|AUTH", re.IGNORECASE)
@@ -118,8 +119,9 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
             if line.strip() and not line.lstrip().startswith("#")]
 
 
-def test_the_stack_has_its_six_services_on_the_expected_images(services):
-    assert set(services) == {"neo4j", "qdrant", "postgres", "dagster-webserver", "dagster-daemon", "ollama"}
+def test_the_stack_has_its_seven_services_on_the_expected_images(services):
+    assert set(services) == {"neo4j", "qdrant", "postgres", "dagster-webserver", "dagster-daemon", "graphrag-api",
+                             "ollama"}
     assert services["neo4j"]["image"].split(":")[0] == "neo4j"
     assert services["neo4j"]["image"].split(":")[1].startswith("5")
     assert services["qdrant"]["image"].split(":")[0] == "qdrant/qdrant"
@@ -133,6 +135,7 @@ def test_ports(services):
     assert published_ports(services["dagster-webserver"]) == {3000}
     assert published_ports(services["ollama"]) == {11434}
     assert published_ports(services["dagster-daemon"]) == set()
+    assert published_ports(services["graphrag-api"]) == {8765}
 
 
 def test_every_service_has_a_health_check(services):
@@ -146,6 +149,7 @@ def test_every_service_has_a_health_check(services):
     assert "pg_isready" in " ".join(services["postgres"]["healthcheck"]["test"])
     assert "liveness-check" in services["dagster-daemon"]["healthcheck"]["test"]
     assert "/server_info" in " ".join(services["dagster-webserver"]["healthcheck"]["test"])
+    assert "/readyz" in " ".join(services["graphrag-api"]["healthcheck"]["test"])
 
 
 def test_dagster_waits_for_healthy_servers(services):
@@ -171,7 +175,7 @@ def test_every_data_directory_is_a_declared_named_volume(compose, services):
         for source, target, mode in mounts(service):
             if source.startswith(BIND_SOURCE):
                 # Host paths are only the user's inputs to the pipeline (next test), never where anything is written.
-                assert name in DAGSTER_SERVICES and mode == "ro", f"{name}: bind mount {source}:{target}:{mode}"
+                assert name in PROJECT_IMAGE_SERVICES and mode == "ro", f"{name}: bind mount {source}:{target}:{mode}"
                 continue
             assert source in declared, f"{name}: volume {source} not declared"
             used.add(source)
@@ -202,7 +206,7 @@ def test_no_secret_is_written_in_the_compose_file(services, env_example):
             assert key not in env, (name, key)
             assert key in env_example, key
     # No other service reads the env file wholesale: the servers get only the variables they need.
-    assert [name for name, service in services.items() if env_files(service)] == list(DAGSTER_SERVICES)
+    assert [name for name, service in services.items() if env_files(service)] == list(PROJECT_IMAGE_SERVICES)
 
 
 def test_env_example_holds_placeholders_only(env_example):
