@@ -11,6 +11,7 @@ where every channel (facts, community summaries, exploration, run metadata) must
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -61,6 +62,17 @@ LAUNCH_DOC = "t:launch.md"
 GROUPS = ["payments-oncall"]
 
 
+def write_access_corpus(corpus: Path) -> Path:
+    """The two restricted and the public documents, as a folder source reads them (the HTTP and MCP tests ask the
+    same corpus through their channels)."""
+    corpus.mkdir(parents=True)
+    (corpus / "vault-incident.md").write_text(RESTRICTED)
+    (corpus / "launch.md").write_text(LAUNCH)
+    for name, text in PUBLIC.items():
+        (corpus / name).write_text(text)
+    return corpus
+
+
 SHARDS = 4
 PER_DOCUMENT_ASSETS = (raw_documents, chunks, embeddings, extracted_elements)
 CORPUS_WIDE_ASSETS = (element_summaries, graph, communities, community_summaries)
@@ -71,12 +83,7 @@ def built(tmp_path_factory):
     """The index's settings and each asset's materialization metadata, built by invoking the Dagster assets (so
     through the metadata path a Dagster run takes), shard by shard."""
     root = tmp_path_factory.mktemp("access")
-    corpus = root / "corpus"
-    corpus.mkdir()
-    (corpus / "vault-incident.md").write_text(RESTRICTED)
-    (corpus / "launch.md").write_text(LAUNCH)
-    for name, text in PUBLIC.items():
-        (corpus / name).write_text(text)
+    corpus = write_access_corpus(root / "corpus")
     config = root / "graphrag.yaml"
     config.write_text(yaml.safe_dump({
         "index_dir": str(root / "index"), "shard_count": SHARDS, "communities": {"min_size": 2},

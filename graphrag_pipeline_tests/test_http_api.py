@@ -28,7 +28,7 @@ from graphrag_pipeline.server.auth import KeyRing, key_digest
 
 from .cli_process import CLI, cli_env
 from .conftest import build
-from .test_access_control import GROUPS, LAUNCH, LAUNCH_QUESTION, PUBLIC, QUESTION, RESTRICTED, leaked
+from .test_access_control import GROUPS, LAUNCH_QUESTION, QUESTION, leaked, write_access_corpus
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 
@@ -41,12 +41,7 @@ def served(tmp_path_factory):
     """An index of the access corpus and `graphrag-pipeline serve` answering over it on a free port: the public key
     from the configuration file, the on-call key from $GRAPHRAG_API_KEYS (both paths a deployment uses)."""
     root = tmp_path_factory.mktemp("http")
-    corpus = root / "corpus"
-    corpus.mkdir()
-    (corpus / "vault-incident.md").write_text(RESTRICTED)
-    (corpus / "launch.md").write_text(LAUNCH)
-    for name, text in PUBLIC.items():
-        (corpus / name).write_text(text)
+    corpus = write_access_corpus(root / "corpus")
     config = root / "graphrag.yaml"
     config.write_text(yaml.safe_dump({
         "index_dir": str(root / "index"), "shard_count": 4, "communities": {"min_size": 2},

@@ -23,7 +23,7 @@ from graphrag_pipeline.server.auth import key_digest
 
 from .cli_process import CLI, cli_env
 from .conftest import build
-from .test_access_control import GROUPS, LAUNCH, LAUNCH_QUESTION, PUBLIC, QUESTION, RESTRICTED, leaked
+from .test_access_control import GROUPS, LAUNCH_QUESTION, QUESTION, leaked, write_access_corpus
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 
@@ -33,12 +33,7 @@ PUBLIC_KEY, ONCALL_KEY = "public-agent-key", "oncall-agent-key"
 @pytest.fixture(scope="module")
 def index_config(tmp_path_factory):
     root = tmp_path_factory.mktemp("mcp")
-    corpus = root / "corpus"
-    corpus.mkdir()
-    (corpus / "vault-incident.md").write_text(RESTRICTED)
-    (corpus / "launch.md").write_text(LAUNCH)
-    for name, text in PUBLIC.items():
-        (corpus / name).write_text(text)
+    corpus = write_access_corpus(root / "corpus")
     config = root / "graphrag.yaml"
     config.write_text(yaml.safe_dump({
         "index_dir": str(root / "index"), "shard_count": 4, "communities": {"min_size": 2},

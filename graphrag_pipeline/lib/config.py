@@ -18,6 +18,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field
 IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 
 
+def check_group_names(groups: tuple[str, ...], what: str) -> None:
+    """Groups are named exactly, by documents and callers alike; a blank or padded name would be a group nobody is
+    ever in."""
+    if any(not group.strip() or group != group.strip() for group in groups):
+        raise ValueError(f"{what} may not contain empty names or surrounding spaces")
+
+
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -299,9 +306,7 @@ class BaseSource(StrictModel):
 
     @model_validator(mode="after")
     def _group_names(self) -> "BaseSource":
-        # Callers name their groups exactly; a blank or padded name here would be a group nobody is ever in.
-        if any(not group.strip() or group != group.strip() for group in self.access_groups):
-            raise ValueError(f"source {self.name!r}: access_groups may not contain empty names or surrounding spaces")
+        check_group_names(self.access_groups, f"source {self.name!r}: access_groups")
         return self
 
 
@@ -463,9 +468,8 @@ class ApiKey(StrictModel):
     groups: tuple[str, ...] = ()  # empty: reads only documents without access groups
 
     @model_validator(mode="after")
-    def _exact_group_names(self) -> "ApiKey":
-        if any(not group.strip() or group != group.strip() for group in self.groups):
-            raise ValueError(f"api key {self.name!r}: groups may not contain empty names or surrounding spaces")
+    def _group_names(self) -> "ApiKey":
+        check_group_names(self.groups, f"api key {self.name!r}: groups")
         return self
 
 
