@@ -101,9 +101,8 @@ def create_app(index: OpenIndex, settings: PipelineSettings, keys: KeyRing) -> F
             raise ApiError(504, f"the request took longer than {config.request_timeout_seconds:g} s") from None
 
     def caller_of(request: Request) -> Caller:
-        authorization = request.headers.get("authorization", "")
-        presented = (authorization.removeprefix("Bearer ").strip() if authorization.startswith("Bearer ")
-                     else request.headers.get("x-api-key"))
+        scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+        presented = credentials.strip() if scheme.lower() == "bearer" else request.headers.get("x-api-key")
         caller = keys.caller(presented)
         if caller is None:
             raise ApiError(401, "an API key is required: Authorization: Bearer <key> or X-API-Key: <key>"
