@@ -164,7 +164,7 @@ def _run(args: argparse.Namespace) -> int:
             from graphrag_pipeline.query import explore
 
             if args.what == "stats":
-                payload = explore.visible_graph_stats(index, groups=args.groups)
+                payload = explore.graph_stats(index, groups=args.groups)
                 text = _format_stats(payload)
             elif args.what == "entities":
                 payload = explore.list_entities(index, groups=args.groups, offset=args.offset, limit=args.limit,

@@ -28,8 +28,8 @@ class Index(Protocol):
     graph: GraphStore
 
 
-def graph_stats(graph: GraphStore, top_types: int = 10) -> dict[str, Any]:
-    """Counts only: they name no entity, relationship or document."""
+def _store_stats(graph: GraphStore, top_types: int) -> dict[str, Any]:
+    """The store's own counts: what a caller who reads every document sees."""
     stats = graph.stats()
     return {
         "entities": stats.entity_count,
@@ -40,13 +40,13 @@ def graph_stats(graph: GraphStore, top_types: int = 10) -> dict[str, Any]:
     }
 
 
-def visible_graph_stats(index: Index, *, groups: Iterable[str] = (), top_types: int = 10) -> dict[str, Any]:
-    """``graph_stats`` of what a caller holding ``groups`` may see: the store's own counts for a caller who reads
-    every document, else counted over the entities and relationships some readable document supports (a count of
-    what only a restricted document states would tell that it exists)."""
+def graph_stats(index: Index, *, groups: Iterable[str] = (), top_types: int = 10) -> dict[str, Any]:
+    """Entity and relationship counts by type, of what a caller holding ``groups`` may see: the store's own counts
+    for a caller who reads every document, else counted over the entities and relationships some readable document
+    supports (a count of what only a restricted document states would tell that it exists)."""
     access = reader_access(index.state, groups)
     if access.reads_everything():
-        return graph_stats(index.graph, top_types)
+        return _store_stats(index.graph, top_types)
     entity_types: Counter[str] = Counter()
     relationship_types: Counter[str] = Counter()
     chunks: set[str] = set()

@@ -29,9 +29,9 @@ from graphrag_pipeline.query import IndexNotFoundError, OpenIndex
 from graphrag_pipeline.query.explore import (
     ENTITY_ORDERS,
     entity_neighbourhood,
+    graph_stats,
     list_entities,
     list_relationships,
-    visible_graph_stats,
 )
 from graphrag_pipeline.query.models import MAX_HOPS, Fusion, Granularity, Mode
 from graphrag_pipeline.server.auth import Caller, KeyRing
@@ -186,14 +186,14 @@ def create_app(index: OpenIndex, settings: PipelineSettings, keys: KeyRing) -> F
     @app.get("/v1/index", tags=["index"])
     async def index_info(caller: Authenticated) -> dict[str, Any]:
         """The index's published version, its models and what the caller can see of it."""
-        counts = await run(lambda: visible_graph_stats(index, groups=caller.groups))
+        counts = await run(lambda: graph_stats(index, groups=caller.groups))
         return {"version": index.version, "embedder": index.embedder.name,
                 "extractor": settings.extraction.extractor, "graph": counts}
 
     @app.get("/v1/graph", tags=["graph"])
     async def graph(caller: Authenticated) -> dict[str, Any]:
         """Counts of the entities and relationships (by type) the caller may see."""
-        return await run(lambda: visible_graph_stats(index, groups=caller.groups))
+        return await run(lambda: graph_stats(index, groups=caller.groups))
 
     @app.get("/v1/entities", tags=["graph"])
     async def entities(caller: Authenticated, offset: Annotated[int, Query(ge=0)] = 0,

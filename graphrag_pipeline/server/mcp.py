@@ -14,7 +14,7 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 
 from graphrag_pipeline.query import OpenIndex
-from graphrag_pipeline.query.explore import entity_neighbourhood, visible_graph_stats
+from graphrag_pipeline.query.explore import entity_neighbourhood, graph_stats
 from graphrag_pipeline.query.models import MAX_HOPS, Mode
 from graphrag_pipeline.server.auth import Caller, KeyRing
 
@@ -78,6 +78,6 @@ def create_mcp(index: OpenIndex, caller: Callable[[], Caller], *, keys: KeyRing 
     @server.tool()
     def graph_overview() -> dict[str, Any]:
         """How many entities and relationships the graph holds, by type (what your key may see)."""
-        return {"version": index.version, **visible_graph_stats(index, groups=caller().groups)}
+        return {"version": index.version, **graph_stats(index, groups=caller().groups)}
 
     return server
