@@ -517,10 +517,16 @@ def test_each_collection_is_stored_once_at_rest_and_writes_after_a_publish_keep_
     assert sorted(p.name for p in collections.glob("*/shard")) == []
     assert store.collections() == ["chunks", "entities"] and store.dimension("entities") == DIM
 
+    first = tmp_path / "vectors" / "published" / published_versions(tmp_path / "vectors")[0]
+    entities_file, chunks_file = ((first / name / "edge_config.json").stat().st_ino for name in ("entities", "chunks"))
     store.upsert("chunks", points[4:5])  # restores the chunks shard only, then writes on top of it
     assert sorted(p.parent.name for p in collections.glob("*/shard")) == ["chunks"]
     assert store.point_ids("chunks") == {p.point_id for p in [*points[:3], points[4]]}
+    assert store.count("entities") == 1  # a read restores the entities shard too, but writes nothing
     version = store.publish()
+    published = tmp_path / "vectors" / "published" / version
+    assert (published / "entities" / "edge_config.json").stat().st_ino == entities_file  # linked, not copied again
+    assert (published / "chunks" / "edge_config.json").stat().st_ino != chunks_file  # written: a new copy
     assert sorted(p.name for p in collections.glob("*/shard")) == []
     with EdgeVectorReader(tmp_path / "vectors", scratch_dir=tmp_path) as reader:
         assert reader.version == version

@@ -13,8 +13,9 @@ lock), while Dagster runs steps in separate processes and agents query from thei
   soon as no reader can be copying it (see *Versions* below).
 * At rest every collection is stored once. Once a version is current, the working shards it was copied from are
   deleted (they equal it); the next operation on a collection copies its working shard back from the current
-  version. A collection nobody wrote since the last publish goes into the next version as hard links to the current
-  version's files, which are never written once published (readers open copies).
+  version (and marks it ``restored-from`` that version until something writes to it). A collection nobody wrote
+  since the last publish goes into the next version as hard links to the current version's files, which are never
+  written once published (readers open copies): a build that only reads a collection copies it once, not twice.
 * ``EdgeVectorReader`` copies the current version into a private scratch directory and opens that, so any number of
   reader processes can run next to a writer that keeps writing the working copies.
 
@@ -33,7 +34,7 @@ exclusive lock (readers still copying it); once ``CURRENT`` has switched, no rea
 any other version, and every version but the current one is deleted (under ``publish.lock``, after ``read.lock`` is
 released so new readers need not wait for the deletion). There is no older version to roll back to.
 
-Disk (besides each collection stored once at rest): Edge preallocates its files (32 MiB per WAL file, vector chunk and payload page) but leaves them sparse, so a
+Disk: Edge preallocates its files (32 MiB per WAL file, vector chunk and payload page) but leaves them sparse, so a
 three-point collection has about 138 MB of apparent size in a few hundred KB of blocks. Every copy (publish and reader)
 therefore preserves the holes (``_copy_sparse``); a plain ``shutil.copytree`` would allocate all 138 MB per copy.
 
@@ -299,6 +300,7 @@ class EdgeVectorStore:
                 indexed = set(shard.info().payload_schema)
                 for field_name in self.keyword_fields:
                     if field_name not in indexed:
+                        self._restored_marker(collection).unlink(missing_ok=True)
                         shard.update(UpdateOperation.create_field_index(field_name, PayloadSchemaType.Keyword))
                 shard.flush()
             finally:
@@ -394,6 +396,7 @@ class EdgeVectorStore:
             if state.session_shard is not None:
                 raise RuntimeError(f"a session on collection {collection!r} is already open in this thread")
             self._restore_working_shard(collection)
+            self._restored_marker(collection).unlink(missing_ok=True)  # a session may write
             shard = EdgeShard.load(str(self._shard_dir(collection)))
             state.session_shard = shard
             try:
@@ -426,22 +429,24 @@ class EdgeVectorStore:
             staging = self._published_dir / f".staging-{version}"
             staging.mkdir()
             with ExitStack() as locks:
-                copied = []
+                retiring = []
                 for collection in self.collections():
                     locks.enter_context(self._locked(collection))
                     if self._state(collection).session_shard is not None:
                         raise RuntimeError(f"cannot publish while a session on {collection!r} is open in this thread")
-                    if (self._shard_dir(collection) / _EDGE_CONFIG_FILE).exists():
+                    working = (self._shard_dir(collection) / _EDGE_CONFIG_FILE).exists()
+                    if working and not self._unwritten_since(collection, current):
                         self._copy_working_shard(collection, staging / collection, optimize)
-                        copied.append(collection)
                     else:  # unchanged since the current version, whose files are never written again
                         shutil.copytree(self._published_dir / str(current) / collection, staging / collection,
                                         copy_function=os.link)
+                    if working:
+                        retiring.append(collection)
                 staging.rename(self._published_dir / version)
                 # Waits until no reader is copying the previous version; readers that come after see the new one.
                 with _flock(self._published_dir / "read.lock", fcntl.LOCK_EX):
                     _write_atomically(self._published_dir / "CURRENT", version + "\n")
-                for collection in copied:
+                for collection in retiring:  # the new version holds what each of them holds
                     self._retire_working_shard(collection)
             _remove_versions_except_current(self._published_dir)
         return version
@@ -488,6 +493,8 @@ class EdgeVectorStore:
                 yield state.session_shard
                 return
             self._restore_working_shard(collection)
+            if writing:
+                self._restored_marker(collection).unlink(missing_ok=True)
             shard = EdgeShard.load(str(self._shard_dir(collection)))
             try:
                 yield shard
@@ -513,7 +520,18 @@ class EdgeVectorStore:
         retired = self._collections_dir / collection / ".retired"
         shutil.rmtree(retired, ignore_errors=True)
         self._shard_dir(collection).rename(retired)
+        self._restored_marker(collection).unlink(missing_ok=True)
         shutil.rmtree(retired)
+
+    def _restored_marker(self, collection: str) -> Path:
+        return self._collections_dir / collection / "restored-from"
+
+    def _unwritten_since(self, collection: str, version: str | None) -> bool:
+        """Whether the working shard was copied from ``version`` and nothing has written to it since."""
+        try:
+            return version is not None and self._restored_marker(collection).read_text(encoding="utf-8") == version
+        except FileNotFoundError:
+            return False
 
     def _restore_working_shard(self, collection: str) -> None:
         """Copies the collection's working shard back from the current version when publish retired it; the
@@ -531,6 +549,7 @@ class EdgeVectorStore:
             _copy_tree_sparse(source, restoring)
         shutil.rmtree(shard_dir, ignore_errors=True)  # a shard whose creation died before its config was written
         restoring.rename(shard_dir)
+        _write_atomically(self._restored_marker(collection), str(version))
 
     @staticmethod
     def _to_point(point: VectorPoint, dimension: int) -> Point:
