@@ -6,10 +6,12 @@ graphrag_pipeline_tests/postgres.py, a database per test).
 
 from __future__ import annotations
 
+import concurrent.futures
+import multiprocessing
 from collections.abc import Iterator
 from pathlib import Path
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pytest
@@ -274,6 +276,37 @@ def test_corpus_wide_work_takes_turns_between_writers_of_one_postgres_index(post
             first.close()
             second.close()
         assert inside.is_set() and events == ["first left", "second entered"]
+
+
+def _open_when_all_are_ready(url: str, ready: Any) -> int:
+    ready.wait()
+    store = PostgresStateStore(url)
+    try:
+        return store.schema_version()
+    finally:
+        store.close()
+
+
+def test_processes_opening_one_empty_postgres_database_at_once_all_get_one_schema(postgres_server) -> None:
+    """Concurrent Dagster runs of a first build open the same empty database together: CREATE TABLE IF NOT EXISTS
+    alone lets two sessions both create a table (a unique violation in pg_type), so schema and migrations are
+    created under an advisory lock. Several rounds, as one round may not overlap."""
+    context = multiprocessing.get_context("spawn")
+    openers = 6
+    with context.Manager() as manager:
+        for _ in range(3):
+            with throwaway_database(postgres_server) as database:
+                url = (f"postgresql://{postgres_server.user}:{postgres_server.password}"
+                       f"@{postgres_server.host}:{postgres_server.port}/{database}")
+                ready = manager.Barrier(openers)
+                with concurrent.futures.ProcessPoolExecutor(openers, mp_context=context) as pool:
+                    versions = list(pool.map(_open_when_all_are_ready, [url] * openers, [ready] * openers))
+                assert versions == [SCHEMA_VERSION] * openers
+                store = PostgresStateStore(url, read_only=True)
+                try:
+                    assert store.query("SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
+                finally:
+                    store.close()
 
 
 def test_a_read_only_store_takes_no_lock(tmp_path: Path) -> None:

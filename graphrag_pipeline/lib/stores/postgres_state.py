@@ -81,8 +81,11 @@ class PostgresStateStore(state.StateStore):
         self._lock = None
         if not read_only:
             try:
-                self._connection().execute(_SCHEMA)
-                self._migrate()
+                # CREATE TABLE IF NOT EXISTS is not safe against a concurrent session creating the same table
+                # (both pass the check, one fails on pg_type): the writers of a first build create them in turn.
+                with self.exclusive("state schema"):
+                    self._connection().execute(_SCHEMA)
+                    self._migrate()
             except BaseException:
                 self.close()
                 raise
