@@ -1,5 +1,8 @@
+import json
+from dataclasses import asdict
+
 from graphrag_pipeline.lib.config import load_settings
-from graphrag_pipeline.lib.ids import entity_id, normalize_name
+from graphrag_pipeline.lib.ids import content_hash, entity_id, normalize_name
 from graphrag_pipeline.lib.merge import element_payload, entity_from_payload, merge_extractions
 from graphrag_pipeline.lib.models import ChunkExtraction, EntityMention, RelationMention
 
@@ -86,10 +89,20 @@ def test_merge_is_independent_of_input_order_and_round_trips():
     assert forward == backward
     entity = forward[0][0]
     digest, payload = element_payload(entity)
-    import json
-
     assert entity_from_payload(json.loads(payload)) == entity
     assert digest == element_payload(backward[0][0])[0]
+
+
+def test_element_payload_is_the_json_of_every_field_so_stored_hashes_stay_valid():
+    """Indexes built earlier hold these hashes: a payload spelled differently would rewrite every element once."""
+    entities, relationships = merge_extractions(
+        [("d1", extraction("c1", [("Alpha", "PERSON", "one"), ("Beta", "PERSON", "two")],
+                           [("Alpha", "Beta", "WORKS_FOR", "works for", "Alpha works for Beta.", 1.5)]))],
+        ONTOLOGY,
+    )
+    for element in (*entities, *relationships):
+        assert element_payload(element) == (content_hash(json.dumps(asdict(element), sort_keys=True)),
+                                            json.dumps(asdict(element), sort_keys=True))
 
 
 def test_normalize_name_collapses_spacing_around_hyphens():

@@ -23,17 +23,18 @@ from pathlib import Path
 from graphrag_pipeline.lib.config import load_settings
 from graphrag_pipeline.lib.extraction import load_spacy
 from graphrag_pipeline.lib.ids import stable_shard
-from graphrag_pipeline.lib.stages import build_everything
+from graphrag_pipeline.lib.stages import StageReport, build_everything
+from graphrag_pipeline_tests.benchmarks.bench_pipeline import compact_counts
 from graphrag_pipeline.lib.workspace import Workspace
 
 EDIT = "\n\n## Change log\n\nOn-call note: escalate to team-platform-oncall when this alert fires twice in an hour.\n"
 
 
-def timed_build(settings, shards=None) -> tuple[float, dict[str, float]]:
+def timed_build(settings, shards=None) -> tuple[float, list[StageReport]]:
     started = time.perf_counter()
     with Workspace(settings) as workspace:
         reports = build_everything(workspace, shards)
-    return time.perf_counter() - started, {r.stage: r.total_seconds for r in reports}
+    return time.perf_counter() - started, reports
 
 
 def write_eval_corpus(set_dir: Path, target: Path) -> None:
@@ -76,9 +77,10 @@ def main() -> None:
         resync_seconds, resync_stages = timed_build(settings, shards)
 
     print(f"{len(files)} documents, {len(edited)} edited ({args.share:.0%}), {len(shards)} shard(s) re-synced")
-    print(f"{'stage':<22}{'full build s':>14}{'re-sync s':>12}")
-    for stage, seconds in full_stages.items():
-        print(f"{stage:<22}{seconds:>14.2f}{resync_stages.get(stage, 0.0):>12.2f}")
+    print(f"{'stage':<22}{'full build s':>14}{'re-sync s':>12}  re-sync counts")
+    for full, resync in zip(full_stages, resync_stages):
+        print(f"{full.stage:<22}{full.total_seconds:>14.2f}{resync.total_seconds:>12.2f}  "
+              f"{compact_counts(resync.counts, limit=8)}")
     print(f"{'total (wall)':<22}{full_seconds:>14.2f}{resync_seconds:>12.2f}")
     print(f"re-sync = {resync_seconds / full_seconds:.1%} of a full build")
 
