@@ -11,6 +11,7 @@ per run: an unchanged community keeps its id across rebuilds, so its stored summ
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter, defaultdict
@@ -336,13 +337,14 @@ def _relationship_sentences(internal: Sequence[Relationship], members: Mapping[s
         described = _sentences(relationship.description)
         if not described:
             source, target = members[relationship.source_id].name, members[relationship.target_id].name
-            described = [f"{source} {_verb(relationship.type)} {target}."]
+            described = (f"{source} {_verb(relationship.type)} {target}.",)
         sentences += described
     return sentences
 
 
-def _sentences(text: str) -> list[str]:
-    return [sentence for sentence in _SENTENCE_END.split(_WHITESPACE.sub(" ", text).strip()) if sentence]
+@functools.lru_cache(maxsize=1 << 16)  # a description is split again in every community of every level it is in
+def _sentences(text: str) -> tuple[str, ...]:
+    return tuple(sentence for sentence in _SENTENCE_END.split(_WHITESPACE.sub(" ", text).strip()) if sentence)
 
 
 def _distinct(sentences: Sequence[str]) -> list[str]:
