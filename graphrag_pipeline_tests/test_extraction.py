@@ -1,21 +1,26 @@
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
 import pytest
 
 from graphrag_pipeline.lib.config import ExtractionConfig, PipelineSettings, default_config_data
+from graphrag_pipeline.lib import extraction as extraction_module
 from graphrag_pipeline.lib.extraction import (
     COOCCURRENCE_PREDICATE,
     TITLE_PREDICATE,
     OfflineExtractor,
     _clean_bounds,
     _DictionarySpotter,
+    _equal_parts,
     _resolve_overlaps,
     _Span,
     precomputed_extractions,
 )
 from graphrag_pipeline.lib.models import Chunk, ChunkExtraction
+from graphrag_pipeline.lib.workspace import Workspace
 
 MUSIQUE_TITLE = "Journal of Mathematical Physics"
 MUSIQUE_TEXT = (
@@ -503,3 +508,49 @@ def test_hybrid_keeps_the_users_vocabulary_types_and_adds_what_only_the_model_fo
         ("payments-api", "Acme", "RELATED_TO", "sponsored by"),
     }
     assert combine_extractions(spotted, None) is spotted  # the model failed on this chunk: spotters stand
+
+
+def _corpus_paragraphs() -> list[Chunk]:
+    """The sample corpus's paragraphs as chunks: real runbook and service text for spaCy."""
+    corpus = Path(__file__).resolve().parents[1] / "data" / "corpus"
+    paragraphs = [p for path in sorted(corpus.rglob("*.md")) for p in path.read_text().split("\n\n") if p.strip()]
+    return [chunk(text, f"doc-{i // 10}", i % 10) for i, text in enumerate(paragraphs[:600])]
+
+
+def test_ner_in_helper_processes_finds_what_one_process_finds(monkeypatch: pytest.MonkeyPatch) -> None:
+    chunks = _corpus_paragraphs()
+    titles = {c.doc_id: f"Title {c.doc_id}" for c in chunks}
+    alone = make_extractor(ner_processes=1)
+    expected = alone.extract(chunks, titles)
+    monkeypatch.setattr(extraction_module, "PARALLEL_NER_AFTER_CHARS", 0)
+    shared = make_extractor(ner_processes=3)
+    try:
+        found = shared.extract(chunks[:100], titles)  # annotated here while the helpers start
+        helpers = shared._ner_workers
+        assert helpers is not None
+        while not helpers.ready():
+            time.sleep(0.1)  # a wait, not a timing: each later batch is split three ways
+        found += [e for start in range(100, len(chunks), 100) for e in shared.extract(chunks[start : start + 100], titles)]
+        assert helpers.shared_calls == 5
+    finally:
+        shared.close()
+    assert len(chunks) == 600 and sum(len(e.entities) for e in expected) > 500
+    assert found == expected
+
+
+def test_equal_parts_cover_every_text_once_in_order() -> None:
+    for lengths in ([5, 1, 1, 1, 8, 2], [3], [], [1, 1], [10, 0, 0, 10]):
+        for parts in (1, 2, 3, 5):
+            bounds = _equal_parts(lengths, parts)
+            assert len(bounds) == parts
+            assert [i for start, end in bounds for i in range(start, end)] == list(range(len(lengths)))
+    assert _equal_parts([4, 4, 4, 4], 2) == [(0, 2), (2, 4)]
+
+
+def test_the_number_of_ner_processes_is_not_part_of_the_extractor_key(tmp_path: Path) -> None:
+    keys = set()
+    for processes in (None, 1, 4):
+        configured = settings(ner_processes=processes).with_overrides(index_dir=str(tmp_path / "index"))
+        with Workspace(configured) as workspace:
+            keys.add(workspace.extractor_family)
+    assert len(keys) == 1

@@ -23,9 +23,12 @@ from __future__ import annotations
 import bisect
 import functools
 import json
+import multiprocessing
+import os
 import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +45,9 @@ TITLE_WEIGHT = 0.5
 COOCCURRENCE_PREDICATE = "co-occurs"
 # spaCy's NER needs about 1 GB of scratch memory per 100k characters; longer texts are fed to it in pieces.
 SEGMENT_CHARS = 20_000
+# NER helper processes start once an extractor has annotated this much text itself (about 4 s on one core here):
+# starting them costs about 2 s of the helpers' time, which a small build would not win back.
+PARALLEL_NER_AFTER_CHARS = 250_000
 
 # Curated names beat regexes, regexes beat the document title, the title beats the statistical model.
 _PRIORITY = {"dictionary": 0, "pattern": 1, "title": 2, "ner": 3}
@@ -120,6 +126,91 @@ def load_spacy(model_name: str) -> Language:
             nlp.add_pipe("sentencizer")
             _NLP_CACHE[model_name] = nlp
         return nlp
+
+
+# (sentence spans, (start, end, label) entity spans) of one text, in its character offsets.
+_Annotation = tuple[list[tuple[int, int]], list[tuple[int, int, str]]]
+
+
+def _annotations(nlp: Language, texts: Sequence[str], batch_size: int) -> list[_Annotation]:
+    return [
+        ([(sent.start_char, sent.end_char) for sent in doc.sents],
+         [(ent.start_char, ent.end_char, ent.label_) for ent in doc.ents])
+        for doc in nlp.pipe(texts, batch_size=batch_size)
+    ]
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, as a container's cpuset limits it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+class _NerWorkers:
+    """spaCy NER shared between the calling process and helper processes: spaCy runs on one core, so on a machine
+    with more, extraction was the build's slowest stage after embedding. Each call's texts are split into contiguous
+    parts of about equal length; the caller annotates the first itself while the helpers annotate the rest. spaCy's
+    annotation of a text does not depend on the texts batched with it, so the result equals the one-process one.
+    Helpers are spawned, not forked: the calling process may be running torch's threads, which a fork can leave
+    deadlocked in the child. A spawned helper imports the caller's main module and loads the model (seconds); the
+    caller annotates everything itself until every helper has answered once."""
+
+    def __init__(self, model_name: str, helpers: int, batch_size: int):
+        self._batch_size = batch_size
+        self._parts = helpers + 1
+        self._executor = ProcessPoolExecutor(helpers, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_load_helper_model, initargs=(model_name, batch_size))
+        self._started = [self._executor.submit(_annotate_in_helper, []) for _ in range(helpers)]
+        self.shared_calls = 0
+
+    def ready(self) -> bool:
+        """Whether the helpers have started; one that failed to start raises its error here."""
+        if not all(started.done() for started in self._started):
+            return False
+        for started in self._started:
+            started.result()
+        return True
+
+    def annotate(self, nlp: Language, texts: list[str]) -> list[_Annotation]:
+        self.shared_calls += 1
+        bounds = _equal_parts([len(text) for text in texts], self._parts)
+        futures = [self._executor.submit(_annotate_in_helper, texts[start:end]) for start, end in bounds[1:]]
+        try:
+            first = _annotations(nlp, texts[bounds[0][0] : bounds[0][1]], self._batch_size)
+            return first + [annotation for future in futures for annotation in future.result()]
+        finally:
+            for future in futures:
+                future.cancel()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _equal_parts(lengths: Sequence[int], parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous (start, end) index ranges of about equal total length (some empty when there are few)."""
+    total = sum(lengths)
+    bounds, start, running = [], 0, 0
+    for part in range(1, parts):
+        end = start
+        while end < len(lengths) and running + lengths[end] <= total * part / parts:
+            running += lengths[end]
+            end += 1
+        bounds.append((start, end))
+        start = end
+    bounds.append((start, len(lengths)))
+    return bounds
+
+
+_HELPER_MODEL: tuple[Language, int] | None = None
+
+
+def _load_helper_model(model_name: str, batch_size: int) -> None:
+    global _HELPER_MODEL
+    _HELPER_MODEL = (load_spacy(model_name), batch_size)
+
+
+def _annotate_in_helper(texts: list[str]) -> list[_Annotation]:
+    assert _HELPER_MODEL is not None, "the helper's initializer loads the model"
+    return _annotations(_HELPER_MODEL[0], texts, _HELPER_MODEL[1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +348,15 @@ class OfflineExtractor:
             label: (ontology.entity_type(mapped) if mapped else None) for label, mapped in extraction.ner_labels.items()
         }
         self._title_type = ontology.entity_type(extraction.title_entity_type) if extraction.title_entity_type else None
+        self._ner_processes = extraction.ner_processes or available_cores()
+        self._ner_chars_in_process = 0
+        self._ner_workers: _NerWorkers | None = None
+
+    def close(self) -> None:
+        """Stops the NER helper processes, if any were started."""
+        if self._ner_workers is not None:
+            self._ner_workers.close()
+            self._ner_workers = None
 
     def extract(self, chunks: Sequence[Chunk], titles: Mapping[str, str] | None = None) -> list[ChunkExtraction]:
         """One extraction per chunk, in order. ``titles`` maps doc_id to the document title."""
@@ -281,21 +381,30 @@ class OfflineExtractor:
         sentences: dict[int, list[tuple[int, int]]] = {}
         entities: dict[int, list[tuple[int, int, str]]] = {}
         if segments:
-            nlp = load_spacy(self._config.spacy_model)
-            docs = nlp.pipe((piece for _, _, piece in segments), batch_size=self._batch_size)
-            for (index, offset, piece), doc in zip(segments, docs):
+            pieces = [piece for _, _, piece in segments]
+            for (index, offset, piece), (piece_sentences, piece_entities) in zip(segments, self._annotate(pieces)):
                 sentences.setdefault(index, []).extend(
                     (offset + start, offset + end)
-                    for sent in doc.sents
-                    for start, end in _split_blocks(piece, sent.start_char, sent.end_char)
+                    for sent_start, sent_end in piece_sentences
+                    for start, end in _split_blocks(piece, sent_start, sent_end)
                 )
                 entities.setdefault(index, []).extend(
-                    (offset + ent.start_char, offset + ent.end_char, ent.label_) for ent in doc.ents
+                    (offset + start, offset + end, label) for start, end, label in piece_entities
                 )
         return [
             _NlpResult(tuple(sentences[index]), tuple(entities[index])) if index in sentences else None
             for index in range(len(texts))
         ]
+
+    def _annotate(self, pieces: list[str]) -> list[_Annotation]:
+        """spaCy's sentences and entities of each piece: in this process, or shared with helper processes once this
+        extractor has read enough text that starting them pays (a small build never starts any)."""
+        if self._ner_workers is None and self._ner_processes > 1 and self._ner_chars_in_process >= PARALLEL_NER_AFTER_CHARS:
+            self._ner_workers = _NerWorkers(self._config.spacy_model, self._ner_processes - 1, self._batch_size)
+        if self._ner_workers is not None and self._ner_workers.ready():
+            return self._ner_workers.annotate(load_spacy(self._config.spacy_model), pieces)
+        self._ner_chars_in_process += sum(map(len, pieces))
+        return _annotations(load_spacy(self._config.spacy_model), pieces, self._batch_size)
 
     def _extract_chunk(self, chunk_id: str, text: str, title: str, nlp_result: _NlpResult) -> ChunkExtraction:
         candidates = self._candidate_spans(text, nlp_result.entities)

@@ -132,7 +132,8 @@ class Workspace:
         config = self.settings.extraction
         if config.extractor in ("precomputed", "llm"):
             return self.extractor_key
-        fingerprint = config.model_dump_json() + self.settings.ontology.model_dump_json()
+        # How many processes run NER does not change what it finds (and left out, keys of earlier builds stand).
+        fingerprint = config.model_dump_json(exclude={"ner_processes"}) + self.settings.ontology.model_dump_json()
         key = f"offline-v{EXTRACTOR_VERSION}-{content_hash(fingerprint)[:16]}"
         return f"hybrid-{key}-{self._llm_extractor.version}" if config.extractor == "hybrid" else key
 
@@ -201,7 +202,7 @@ class Workspace:
         ], quarantined
 
     def close(self) -> None:
-        for name in ("graph_store", "vector_store", "published_vectors", "state", "llm"):
+        for name in ("graph_store", "vector_store", "published_vectors", "state", "llm", "_offline_extractor"):
             if name in self.__dict__:
                 self.__dict__[name].close()
         if "embedder" in self.__dict__ and hasattr(self.embedder, "close"):
