@@ -111,7 +111,8 @@ STAGE_ITEMS = {"raw_documents": "documents", "chunks": "chunks", "embeddings": "
                "communities": "communities", "community_summaries": "communities"}
 
 
-def build_index(set_dir: Path, index_dir: Path, use_extraction: bool):
+def build_index(set_dir: Path, index_dir: Path, use_extraction: bool, raw_model_ratios: bool = True):
+    """``raw_model_ratios``: time the model alone on every chunk text after the build (as long as embedding them)."""
     settings = eval_settings(set_dir, index_dir, use_extraction)
     incremental = (index_dir / "state.sqlite").is_file()
     print(f"index {index_dir}" + (" (already built: this measures an incremental rebuild)" if incremental else ""))
@@ -146,7 +147,8 @@ def build_index(set_dir: Path, index_dir: Path, use_extraction: bool):
           f"({embedder.texts} texts in {embedder.calls} calls, {rate:.0f} texts/s)")
     if not use_extraction:
         print("(extracted_elements includes loading the spaCy model)")
-    print_ratios(local, texts, build_seconds, stage_seconds["embeddings"], index_dir)
+    if raw_model_ratios:
+        print_ratios(local, texts, build_seconds, stage_seconds["embeddings"], index_dir)
     return settings
 
 

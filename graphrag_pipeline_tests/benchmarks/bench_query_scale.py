@@ -24,8 +24,9 @@ import json  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from graphrag_pipeline.evaluation import load_questions, source_name_for  # noqa: E402
-from graphrag_pipeline_tests.benchmarks.bench_pipeline import build_index, measure_queries  # noqa: E402
+from graphrag_pipeline.evaluation import eval_settings, load_questions, source_name_for  # noqa: E402
+from graphrag_pipeline.lib.workspace import Workspace  # noqa: E402
+from graphrag_pipeline_tests.benchmarks.bench_pipeline import build_index, du, measure_queries  # noqa: E402
 
 
 def write_copies(set_dir: Path, target: Path, copies: int) -> None:
@@ -58,7 +59,13 @@ def main() -> None:
             write_copies(args.set_dir, copied, args.copies)
         questions = [q.question for q in load_questions(copied, source_name_for(copied))][: args.queries]
         print(f"{args.copies} copies of {args.set_dir}")
-        settings = build_index(copied, work / "index", use_extraction=True)
+        if (work / "index" / "state.sqlite").is_file():  # built by an earlier run with this --work-dir
+            settings = eval_settings(copied, work / "index", use_extraction=True)
+        else:  # the copies' texts are one copy's: the raw model on all of them would only time the cache's misses
+            settings = build_index(copied, work / "index", use_extraction=True, raw_model_ratios=False)
+        with Workspace(settings) as workspace:
+            chunks = workspace.state.chunk_count()
+        print(f"index on disk: {du(work / 'index') / 1e6:.0f} MB for {chunks} chunks")
         measure_queries(settings, questions)
 
 
