@@ -9,7 +9,7 @@ from graphrag_pipeline.lib.config import Ontology, load_settings
 from graphrag_pipeline.lib.ids import is_plain_word, name_variants
 from graphrag_pipeline.lib.merge import resolve_catalog_names
 from graphrag_pipeline.query.intent import IntentReader
-from graphrag_pipeline.query.keyword import KeywordIndex, identifiers
+from graphrag_pipeline.query.keyword import KeywordIndex, identifiers, terms
 from graphrag_pipeline.query.linking import GENERIC_NAME_CONFIDENCE, CorpusCase, NameLink, is_generic_word
 
 # --- catalog name resolution ----------------------------------------------------------------------------------------
@@ -127,3 +127,19 @@ def test_bm25_scores_are_a_share_of_a_perfect_match_and_identifiers_weigh_more()
 def test_identifier_shapes():
     found = identifiers("KubePodCrashLooping node_cpu_total api.v1 http2 payments-api 1990s Paris well-known")
     assert found == {"kubepodcrashlooping", "node_cpu_total", "api.v1", "http2"}
+
+
+def test_terms_keep_compound_identifiers_whole_beside_their_words():
+    text = "Page payments-api (see _ledger-db.v2 and ERR_QUOTA_7); x-y-z, a-, -b, café-crème ok."
+    assert terms(text) == [
+        "page", "payments", "api", "see", "ledger", "db", "v2", "and", "err", "quota", "7", "x", "y", "z", "a", "b",
+        "café", "crème", "ok",
+        "payments-api", "ledger-db.v2", "err_quota_7", "x-y-z", "café-crème",
+    ]
+
+
+def test_corpus_case_counts_every_occurrence_by_its_folded_spelling():
+    corpus = CorpusCase(["Kafka kafka KAFKA Straße", "strasse STRASSE kafka"])
+    assert corpus.lowercase_share("kafka") == pytest.approx(2 / 4)
+    assert corpus.lowercase_share("Strasse") == pytest.approx(1 / 3)  # "Straße" folds to "strasse"
+    assert corpus.lowercase_share("absent") is None

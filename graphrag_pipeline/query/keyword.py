@@ -18,7 +18,9 @@ from scipy import sparse
 # Lower-case runs of letters and digits, as most BM25 baselines count them; an identifier such as
 # "KubePodCrashLooping" or "payments-api" is kept whole as well as in parts, so the exact spelling scores highest.
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
-_IDENTIFIER = re.compile(r"[^\W_]+(?:[\-_.][^\W_]+)+", re.UNICODE)
+# Starting only where a word starts: tried inside each word too, it re-read the rest of the word at every letter
+# (same matches; building the keyword index of 100k chunks took 8.9 s, now 5.8).
+_IDENTIFIER = re.compile(r"(?<![^\W_])[^\W_]+(?:[\-_.][^\W_]+)+", re.UNICODE)
 # Identifiers by their shape: joined by - _ . ("payments-api", "ERR_QUOTA_7"), CamelCase with two humps or more
 # ("KubePodCrashLooping"), or a word with digits after a letter ("http2", "s3"; not "1990s" or "3rd").
 _IDENTIFIER_SHAPE = re.compile(r"[^\W_]+(?:[_.][^\W_]+)+|[A-Z]?[a-z0-9]+(?:[A-Z][a-z0-9]+){2,}|[^\W\d_]+\d\w*")

@@ -49,12 +49,14 @@ class CorpusCase:
     def __init__(self, texts: Iterable[str]):
         self._lower: Counter[str] = Counter()
         self._total: Counter[str] = Counter()
+        spellings: Counter[str] = Counter()
         for text in texts:
-            for word in _LETTERS.findall(text):
-                key = word.casefold()
-                self._total[key] += 1
-                if word == key:
-                    self._lower[key] += 1
+            spellings.update(_LETTERS.findall(text))  # counted in C; each distinct spelling folded once below
+        for word, count in spellings.items():
+            key = word.casefold()
+            self._total[key] += count
+            if word == key:
+                self._lower[key] += count
 
     def lowercase_share(self, word: str) -> float | None:
         """Share of the word's occurrences written in lower case; None when the corpus never writes it."""
