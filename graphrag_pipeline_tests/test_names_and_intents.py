@@ -8,9 +8,10 @@ import pytest
 from graphrag_pipeline.lib.config import Ontology, load_settings
 from graphrag_pipeline.lib.ids import is_plain_word, name_variants
 from graphrag_pipeline.lib.merge import resolve_catalog_names
+from graphrag_pipeline.lib.models import Entity
 from graphrag_pipeline.query.intent import IntentReader
 from graphrag_pipeline.query.keyword import KeywordIndex, identifiers, terms
-from graphrag_pipeline.query.linking import GENERIC_NAME_CONFIDENCE, CorpusCase, NameLink, is_generic_word
+from graphrag_pipeline.query.linking import GENERIC_NAME_CONFIDENCE, CorpusCase, NameIndex, NameLink, is_generic_word
 
 # --- catalog name resolution ----------------------------------------------------------------------------------------
 
@@ -143,3 +144,15 @@ def test_corpus_case_counts_every_occurrence_by_its_folded_spelling():
     assert corpus.lowercase_share("kafka") == pytest.approx(2 / 4)
     assert corpus.lowercase_share("Strasse") == pytest.approx(1 / 3)  # "Straße" folds to "strasse"
     assert corpus.lowercase_share("absent") is None
+
+
+def test_names_of_entities_are_every_key_naming_them_with_only_the_entities_asked_for():
+    def entity(entity_id: str, name: str, aliases: tuple[str, ...] = ()) -> Entity:
+        return Entity(entity_id, name, name.lower(), "Service", "", 1, (), (), aliases)
+
+    index = NameIndex([entity("e1", "Ledger Service", ("ledger",)), entity("e2", "Ledger"), entity("e3", "Kafka")])
+    assert index.names(["e1", "e3", "unknown"]) == {
+        key: {"e1"} for key in {*name_variants("Ledger Service"), *name_variants("ledger")}
+    } | {key: {"e3"} for key in name_variants("Kafka")}
+    assert index.names(["e2"]) == {key: {"e2"} for key in name_variants("Ledger")}
+    assert index.names([]) == {}

@@ -78,6 +78,7 @@ def is_generic_word(phrase: str, corpus: CorpusCase) -> bool:
 class NameIndex:
     def __init__(self, entities: Iterable[Entity], corpus: CorpusCase | None = None):
         self._ids_by_name: dict[str, set[str]] = {}
+        self._names_by_id: dict[str, set[str]] = {}  # the other way round, for `names`
         self._corpus = corpus or CorpusCase(())
         for entity in entities:
             for name in (entity.name, entity.canonical, *entity.aliases):
@@ -85,14 +86,18 @@ class NameIndex:
                 for key in name_variants(name):
                     if key not in STOPWORDS and not key.isdigit():
                         self._ids_by_name.setdefault(key, set()).add(entity.entity_id)
+                        self._names_by_id.setdefault(entity.entity_id, set()).add(key)
 
     def __len__(self) -> int:
         return len(self._ids_by_name)
 
     def names(self, entity_ids: Iterable[str]) -> dict[str, set[str]]:
         """Name key → the given entities it names (what a document title must match to be about one of them)."""
-        wanted = set(entity_ids)
-        return {key: ids & wanted for key, ids in self._ids_by_name.items() if ids & wanted}
+        named: dict[str, set[str]] = {}
+        for entity_id in set(entity_ids):
+            for key in self._names_by_id.get(entity_id, ()):
+                named.setdefault(key, set()).add(entity_id)
+        return named
 
     def link(self, text: str) -> list[NameLink]:
         """The question's phrases that name entities, in question order. Longer matches win over the n-grams inside
