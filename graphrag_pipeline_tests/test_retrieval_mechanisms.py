@@ -441,6 +441,21 @@ def test_entities_in_more_than_200_chunks_are_ignored_when_chunks_are_scored(tmp
     assert set(best.values()) == {eid("Bounded Guild")}
 
 
+def test_mention_counts_come_from_the_first_read_and_from_the_graph_for_entities_written_since(tmp_path, engine):
+    def guild(name: str, count: int) -> Entity:
+        return Entity(eid(name), name, normalize_name(name), "ORGANIZATION", "", count,
+                      tuple(f"chunk-{name[0]}{i:03d}" for i in range(count)), ())
+
+    with EmbeddedGraphStore(tmp_path / "graph.sqlite") as graph, StateStore(tmp_path / "state.sqlite") as state:
+        graph.upsert_entities([guild("Early Guild", 3)])
+        index = IndexReader(engine.settings.retrieval, engine.settings.ontology, state=state, graph=graph,
+                            vectors=engine.vectors)
+        assert index.mention_counts([eid("Early Guild"), eid("Late Guild")]) == {eid("Early Guild"): 3}
+        graph.upsert_entities([guild("Late Guild", 7)])  # a build writing while questions are asked
+        assert index.mention_counts(iter([eid("Early Guild"), eid("Late Guild"), eid("No Guild")])) == {
+            eid("Early Guild"): 3, eid("Late Guild"): 7}
+
+
 # --- 5. fusion arithmetic -----------------------------------------------------------------------------------------
 
 

@@ -629,9 +629,21 @@ class StateStore:
             )
 
     def community_summary_payloads(self, community_ids: Iterable[str] | None = None) -> dict[str, dict]:
-        rows = self.query("SELECT community_id, payload FROM community_summaries")
-        wanted = None if community_ids is None else set(community_ids)
-        return {cid: json.loads(p) for cid, p in rows if wanted is None or cid in wanted}
+        if community_ids is None:
+            rows = self.query("SELECT community_id, payload FROM community_summaries")
+            return {cid: json.loads(p) for cid, p in rows}
+        # Only the rows asked for: a global question reads a few summaries, and an index's are many and long.
+        id_list = sorted(set(community_ids))
+        found: dict[str, dict] = {}
+        for start in range(0, len(id_list), 900):
+            batch = id_list[start : start + 900]
+            rows = self.query(
+                "SELECT community_id, payload FROM community_summaries "
+                f"WHERE community_id IN ({','.join('?' * len(batch))})",
+                batch,
+            )
+            found.update((cid, json.loads(p)) for cid, p in rows)
+        return found
 
     # --- quarantine ---------------------------------------------------------------------------------------------
 

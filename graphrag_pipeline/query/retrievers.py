@@ -102,15 +102,36 @@ class IndexReader:
         with self._lookup_lock:
             return self._directory
 
+    def mention_counts(self, entity_ids: Iterable[str]) -> dict[str, int]:
+        """How many chunks mention each entity: from the read that built the name index, and from the graph for
+        an entity written since (a build running while questions are asked)."""
+        with self._lookup_lock:
+            known = self._entities[1]
+        counts = {}
+        missing = []
+        for eid in entity_ids:
+            if eid in known:
+                counts[eid] = known[eid]
+            else:
+                missing.append(eid)
+        if missing:
+            counts.update((eid, e.mention_count) for eid, e in self.graph.get_entities(missing).items())
+        return counts
+
     @cached_property
     def _name_index(self) -> NameIndex:
+        return NameIndex(self._entities[0], self._texts[1])
+
+    @cached_property
+    def _entities(self) -> tuple[list[Entity], dict[str, int]]:
+        """Every entity, read once, and its mention count."""
         entities: list[Entity] = []
         offset = 0
         while True:
             page = self.graph.list_entities(offset=offset, limit=5000, order_by="name")
             entities.extend(page)
             if len(page) < 5000:
-                return NameIndex(entities, self._texts[1])
+                return entities, {e.entity_id: e.mention_count for e in entities}
             offset += len(page)
 
     @cached_property
@@ -435,11 +456,11 @@ class GraphRetriever(VectorRetriever):
         chunks that share rare entities support each other. ``origin``: chunk-seeded entity → (its entry chunk, the
         weight another one gave it)."""
         graph = self.index.graph
-        entities = graph.get_entities([eid for eid, hit in reached.items() if hit.score >= MIN_ACTIVATION])
+        mentions = self.index.mention_counts([eid for eid, hit in reached.items() if hit.score >= MIN_ACTIVATION])
         specific = {
-            eid: 1.0 / (1.0 + math.log10(max(1, e.mention_count)))
-            for eid, e in entities.items()
-            if e.mention_count <= MAX_CHUNKS_PER_ENTITY
+            eid: 1.0 / (1.0 + math.log10(max(1, count)))
+            for eid, count in mentions.items()
+            if count <= MAX_CHUNKS_PER_ENTITY
         }
         chunks_of = graph.chunks_of_entities(list(specific))
         names_of = self.index.name_index().names(specific)

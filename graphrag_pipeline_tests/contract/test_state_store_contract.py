@@ -207,6 +207,13 @@ def test_communities_and_summaries(state: StateStoreProtocol) -> None:
     state.replace_community_summaries({}, ["c2"])
     assert state.community_summary_hashes() == {"c1": "h1"}
     assert state.community_summary_payloads(["c1"]) == {"c1": {"summary": "one"}}
+    many = {f"m{i:04d}": (f"h{i}", f'{{"summary": "{i}"}}') for i in range(2000)}  # more than one batch of ids
+    state.replace_community_summaries(many, [])
+    asked = [f"m{i:04d}" for i in range(0, 2000, 2)] + ["c1", "c2", "absent", "m0000"]
+    assert state.community_summary_payloads(asked) == {
+        "c1": {"summary": "one"}, **{f"m{i:04d}": {"summary": str(i)} for i in range(0, 2000, 2)}}
+    assert state.community_summary_payloads([]) == {}
+    assert len(state.community_summary_payloads()) == 2001
 
 
 def test_state_backend_postgres_selected_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
