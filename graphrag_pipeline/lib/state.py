@@ -42,6 +42,7 @@ BUILD_LOCK_FILE = "build.lock"  # beside state.sqlite: held by every writer of t
 # previous version up to it to _MIGRATIONS, so an existing index is migrated in place rather than rebuilt, and a
 # pipeline older than the index it opens refuses it instead of writing rows in a layout it does not know.
 SCHEMA_VERSION = 1
+IN_BATCH = 900  # ids per "IN (...)" list: SQLite takes at most 999 parameters per statement
 _MIGRATIONS: dict[int, str] = {}  # version -> script that migrates an index of version - 1 to it
 
 _SCHEMA = """
@@ -230,6 +231,16 @@ class StateStore:
     def schema_version(self) -> int:
         return self.query("SELECT COALESCE(MAX(version), 0) FROM schema_version")[0][0]
 
+    def _rows_with_ids(self, sql: str, ids: Iterable[str], *leading: Any) -> list[tuple]:
+        """The rows of ``sql`` for every id of ``ids``: its ``{ids}`` becomes the placeholders of one batch of ids
+        at a time (``IN_BATCH``); ``leading`` are the parameters before them."""
+        id_list = list(ids)
+        rows: list[tuple] = []
+        for start in range(0, len(id_list), IN_BATCH):
+            batch = id_list[start : start + IN_BATCH]
+            rows.extend(self.query(sql.format(ids=",".join("?" * len(batch))), [*leading, *batch]))
+        return rows
+
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         with naming_damage(self.path):
             return self._connection().execute(sql, params).fetchall()
@@ -365,12 +376,7 @@ class StateStore:
         return [Document(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows]
 
     def document_titles(self, doc_ids: Iterable[str]) -> dict[str, str]:
-        id_list = list(set(doc_ids))
-        titles: dict[str, str] = {}
-        for start in range(0, len(id_list), 900):
-            batch = id_list[start : start + 900]
-            titles.update(self.query(f"SELECT doc_id, title FROM documents WHERE doc_id IN ({','.join('?' * len(batch))})", batch))
-        return titles
+        return dict(self._rows_with_ids("SELECT doc_id, title FROM documents WHERE doc_id IN ({ids})", set(doc_ids)))
 
     def document_count(self) -> int:
         return self.query("SELECT COUNT(*) FROM documents")[0][0]
@@ -407,16 +413,9 @@ class StateStore:
         return [_chunk_from_row(r) for r in rows]
 
     def _chunks_by_id(self, chunk_ids: list[str]) -> list[Chunk]:
-        found: list[Chunk] = []
-        for start in range(0, len(chunk_ids), 900):
-            batch = chunk_ids[start : start + 900]
-            rows = self.query(
-                "SELECT chunk_id, doc_id, position, text, token_count, start_char, end_char, headings FROM chunks "
-                f"WHERE chunk_id IN ({','.join('?' * len(batch))})",
-                batch,
-            )
-            found.extend(_chunk_from_row(r) for r in rows)
-        return found
+        return [_chunk_from_row(r) for r in self._rows_with_ids(
+            "SELECT chunk_id, doc_id, position, text, token_count, start_char, end_char, headings FROM chunks "
+            "WHERE chunk_id IN ({ids})", chunk_ids)]
 
     def chunk_ids(self) -> list[str]:
         return [row[0] for row in self.query("SELECT chunk_id FROM chunks")]
@@ -427,16 +426,9 @@ class StateStore:
     # --- embeddings -----------------------------------------------------------------------------------------------
 
     def cached_embeddings(self, model: str, text_hashes: Sequence[str]) -> dict[str, np.ndarray]:
-        found: dict[str, np.ndarray] = {}
-        unique = list(dict.fromkeys(text_hashes))
-        for start in range(0, len(unique), 900):
-            batch = unique[start : start + 900]
-            rows = self.query(
-                f"SELECT text_hash, vector FROM embedding_cache WHERE model = ? AND text_hash IN ({','.join('?' * len(batch))})",
-                [model, *batch],
-            )
-            found.update((h, np.frombuffer(v, dtype=np.float32)) for h, v in rows)
-        return found
+        rows = self._rows_with_ids("SELECT text_hash, vector FROM embedding_cache WHERE model = ? AND text_hash IN ({ids})",
+                                   dict.fromkeys(text_hashes), model)
+        return {h: np.frombuffer(v, dtype=np.float32) for h, v in rows}
 
     def cached_embedding_dimension(self, model: str) -> int | None:
         """Length of the vectors ``model`` made before, so a remote model need not be asked again."""
@@ -477,15 +469,9 @@ class StateStore:
     # --- extractions ------------------------------------------------------------------------------------------------
 
     def extractions(self, chunk_ids: Sequence[str], extractor_key: str) -> dict[str, ChunkExtraction]:
-        found: dict[str, ChunkExtraction] = {}
-        for start in range(0, len(chunk_ids), 900):
-            batch = list(chunk_ids[start : start + 900])
-            rows = self.query(
-                f"SELECT chunk_id, payload FROM extractions WHERE extractor_key = ? AND chunk_id IN ({','.join('?' * len(batch))})",
-                [extractor_key, *batch],
-            )
-            found.update((cid, extraction_from_json(cid, payload)) for cid, payload in rows)
-        return found
+        rows = self._rows_with_ids("SELECT chunk_id, payload FROM extractions WHERE extractor_key = ? AND chunk_id IN ({ids})",
+                                   chunk_ids, extractor_key)
+        return {cid: extraction_from_json(cid, payload) for cid, payload in rows}
 
     def store_extractions(self, extractor_key: str, extractions: Sequence[ChunkExtraction]) -> None:
         with self.transaction() as conn:
@@ -552,15 +538,8 @@ class StateStore:
             )
 
     def source_extractions(self, doc_ids: Iterable[str]) -> dict[str, dict]:
-        id_list = list(set(doc_ids))
-        found: dict[str, dict] = {}
-        for start in range(0, len(id_list), 900):
-            batch = id_list[start : start + 900]
-            rows = self.query(
-                f"SELECT doc_id, payload FROM source_extractions WHERE doc_id IN ({','.join('?' * len(batch))})", batch
-            )
-            found.update((d, json.loads(p)) for d, p in rows)
-        return found
+        rows = self._rows_with_ids("SELECT doc_id, payload FROM source_extractions WHERE doc_id IN ({ids})", set(doc_ids))
+        return {d: json.loads(p) for d, p in rows}
 
     # --- merged elements, graph sync, communities ---------------------------------------------------------------
 
@@ -582,16 +561,9 @@ class StateStore:
         if element_ids is None:
             rows = self.query("SELECT element_id, payload FROM elements WHERE kind = ?", (kind,))
             return {eid: json.loads(p) for eid, p in rows}
-        found: dict[str, dict] = {}
-        id_list = list(element_ids)
-        for start in range(0, len(id_list), 900):
-            batch = id_list[start : start + 900]
-            rows = self.query(
-                f"SELECT element_id, payload FROM elements WHERE kind = ? AND element_id IN ({','.join('?' * len(batch))})",
-                [kind, *batch],
-            )
-            found.update((eid, json.loads(p)) for eid, p in rows)
-        return found
+        rows = self._rows_with_ids("SELECT element_id, payload FROM elements WHERE kind = ? AND element_id IN ({ids})",
+                                   element_ids, kind)
+        return {eid: json.loads(p) for eid, p in rows}
 
     def record_synced(self, kind: str, hashes: dict[str, str], removed: Sequence[str]) -> None:
         with self.transaction() as conn:
@@ -608,13 +580,8 @@ class StateStore:
     def community_payloads(self, community_ids: Iterable[str] | None = None) -> dict[str, dict]:
         if community_ids is None:
             return {cid: json.loads(p) for cid, p in self.query("SELECT community_id, payload FROM communities")}
-        id_list = list(set(community_ids))
-        if not id_list:
-            return {}
-        rows = self.query(
-            f"SELECT community_id, payload FROM communities WHERE community_id IN ({','.join('?' * len(id_list))})",
-            id_list,
-        )
+        rows = self._rows_with_ids("SELECT community_id, payload FROM communities WHERE community_id IN ({ids})",
+                                   set(community_ids))
         return {cid: json.loads(p) for cid, p in rows}
 
     def community_summary_hashes(self) -> dict[str, str]:
@@ -633,17 +600,9 @@ class StateStore:
             rows = self.query("SELECT community_id, payload FROM community_summaries")
             return {cid: json.loads(p) for cid, p in rows}
         # Only the rows asked for: a global question reads a few summaries, and an index's are many and long.
-        id_list = sorted(set(community_ids))
-        found: dict[str, dict] = {}
-        for start in range(0, len(id_list), 900):
-            batch = id_list[start : start + 900]
-            rows = self.query(
-                "SELECT community_id, payload FROM community_summaries "
-                f"WHERE community_id IN ({','.join('?' * len(batch))})",
-                batch,
-            )
-            found.update((cid, json.loads(p)) for cid, p in rows)
-        return found
+        rows = self._rows_with_ids("SELECT community_id, payload FROM community_summaries WHERE community_id IN ({ids})",
+                                   set(community_ids))
+        return {cid: json.loads(p) for cid, p in rows}
 
     # --- quarantine ---------------------------------------------------------------------------------------------
 
