@@ -15,6 +15,7 @@ from graphrag_pipeline.lib.extraction import (
     _clean_bounds,
     _DictionarySpotter,
     _equal_parts,
+    available_cores,
     _resolve_overlaps,
     _Span,
     precomputed_extractions,
@@ -554,3 +555,21 @@ def test_the_number_of_ner_processes_is_not_part_of_the_extractor_key(tmp_path: 
         with Workspace(configured) as workspace:
             keys.add(workspace.extractor_family)
     assert len(keys) == 1
+
+
+@pytest.mark.parametrize("files, expected", [
+    ({}, 2),  # no cgroup files: the affinity
+    ({"cpu.max": "max 100000\n"}, 2),  # v2, no limit
+    ({"cpu.max": "100000 100000\n"}, 1),  # v2, one CPU
+    ({"cpu.max": "150000 100000\n"}, 2),  # v2, 1.5 CPUs: a second process still has half a CPU
+    ({"cpu.max": "800000 100000\n"}, 2),  # a quota above the affinity: the affinity
+    ({"cpu/cpu.cfs_quota_us": "50000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1),  # v1, half a CPU
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, 2),  # v1, no limit
+    ({"cpu.max": "garbled"}, 2),
+])
+def test_available_cores_heed_a_cgroup_cpu_limit(tmp_path, monkeypatch, files, expected):
+    monkeypatch.setattr(extraction_module.os, "sched_getaffinity", lambda pid: {0, 1})
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert available_cores(tmp_path) == expected

