@@ -74,6 +74,19 @@ def write_access_corpus(corpus: Path) -> Path:
 
 
 SHARDS = 4
+
+
+def write_access_config(root: Path, **sections: object) -> tuple[Path, Path]:
+    """The access corpus under ``root`` and a configuration file indexing it, with ``sections`` added (the server's
+    keys, for the HTTP and MCP tests): (corpus folder, configuration file)."""
+    corpus = write_access_corpus(root / "corpus")
+    config = root / "graphrag.yaml"
+    config.write_text(yaml.safe_dump({
+        "index_dir": str(root / "index"), "shard_count": SHARDS, "communities": {"min_size": 2},
+        "sources": [{"name": "t", "kind": "folder", "path": str(corpus)}], **sections,
+    }))
+    return corpus, config
+
 PER_DOCUMENT_ASSETS = (raw_documents, chunks, embeddings, extracted_elements)
 CORPUS_WIDE_ASSETS = (element_summaries, graph, communities, community_summaries)
 
@@ -83,12 +96,7 @@ def built(tmp_path_factory):
     """The index's settings and each asset's materialization metadata, built by invoking the Dagster assets (so
     through the metadata path a Dagster run takes), shard by shard."""
     root = tmp_path_factory.mktemp("access")
-    corpus = write_access_corpus(root / "corpus")
-    config = root / "graphrag.yaml"
-    config.write_text(yaml.safe_dump({
-        "index_dir": str(root / "index"), "shard_count": SHARDS, "communities": {"min_size": 2},
-        "sources": [{"name": "t", "kind": "folder", "path": str(corpus)}],
-    }))
+    _, config = write_access_config(root)
     resource = GraphRAGResource(config_path=str(config))
     metadata: dict[str, list[dict]] = {}
     for asset in PER_DOCUMENT_ASSETS:

@@ -28,7 +28,7 @@ from graphrag_pipeline.server.auth import KeyRing, key_digest
 
 from .cli_process import CLI, cli_env
 from .conftest import build
-from .test_access_control import GROUPS, LAUNCH_QUESTION, QUESTION, leaked, write_access_corpus
+from .test_access_control import GROUPS, LAUNCH_QUESTION, QUESTION, leaked, write_access_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 
@@ -41,13 +41,8 @@ def served(tmp_path_factory):
     """An index of the access corpus and `graphrag-pipeline serve` answering over it on a free port: the public key
     from the configuration file, the on-call key from $GRAPHRAG_API_KEYS (both paths a deployment uses)."""
     root = tmp_path_factory.mktemp("http")
-    corpus = write_access_corpus(root / "corpus")
-    config = root / "graphrag.yaml"
-    config.write_text(yaml.safe_dump({
-        "index_dir": str(root / "index"), "shard_count": 4, "communities": {"min_size": 2},
-        "sources": [{"name": "t", "kind": "folder", "path": str(corpus)}],
-        "server": {"port": 0, "api_keys": [{"name": "public-bot", "sha256": key_digest(PUBLIC_KEY)}]},
-    }))
+    corpus, config = write_access_config(
+        root, server={"port": 0, "api_keys": [{"name": "public-bot", "sha256": key_digest(PUBLIC_KEY)}]})
     settings = load_settings(config)
     build(settings)
     env = cli_env(config)

@@ -12,7 +12,6 @@ from contextlib import asynccontextmanager
 import anyio
 import httpx2
 import pytest
-import yaml
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -23,7 +22,7 @@ from graphrag_pipeline.server.auth import key_digest
 
 from .cli_process import CLI, cli_env
 from .conftest import build
-from .test_access_control import GROUPS, LAUNCH_QUESTION, QUESTION, leaked, write_access_corpus
+from .test_access_control import GROUPS, LAUNCH_QUESTION, QUESTION, leaked, write_access_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 
@@ -33,15 +32,9 @@ PUBLIC_KEY, ONCALL_KEY = "public-agent-key", "oncall-agent-key"
 @pytest.fixture(scope="module")
 def index_config(tmp_path_factory):
     root = tmp_path_factory.mktemp("mcp")
-    corpus = write_access_corpus(root / "corpus")
-    config = root / "graphrag.yaml"
-    config.write_text(yaml.safe_dump({
-        "index_dir": str(root / "index"), "shard_count": 4, "communities": {"min_size": 2},
-        "sources": [{"name": "t", "kind": "folder", "path": str(corpus)}],
-        "server": {"port": 0, "api_keys_env": None, "api_keys": [
-            {"name": "public-agent", "sha256": key_digest(PUBLIC_KEY)},
-            {"name": "oncall-agent", "sha256": key_digest(ONCALL_KEY), "groups": GROUPS}]},
-    }))
+    _, config = write_access_config(root, server={"port": 0, "api_keys_env": None, "api_keys": [
+        {"name": "public-agent", "sha256": key_digest(PUBLIC_KEY)},
+        {"name": "oncall-agent", "sha256": key_digest(ONCALL_KEY), "groups": GROUPS}]})
     build(load_settings(config))
     return config
 
