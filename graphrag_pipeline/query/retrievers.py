@@ -92,7 +92,7 @@ class IndexReader:
 
     def name_index(self) -> NameIndex:
         with self._lookup_lock:  # cached_property is not thread-safe on first build
-            return self._name_index
+            return self._entity_lookups[0]
 
     def keyword_index(self) -> KeywordIndex:
         with self._lookup_lock:
@@ -106,7 +106,7 @@ class IndexReader:
         """How many chunks mention each entity: from the read that built the name index, and from the graph for
         an entity written since (a build running while questions are asked)."""
         with self._lookup_lock:
-            known = self._entities[1]
+            known = self._entity_lookups[1]
         counts = {}
         missing = []
         for eid in entity_ids:
@@ -119,19 +119,16 @@ class IndexReader:
         return counts
 
     @cached_property
-    def _name_index(self) -> NameIndex:
-        return NameIndex(self._entities[0], self._texts[1])
-
-    @cached_property
-    def _entities(self) -> tuple[list[Entity], dict[str, int]]:
-        """Every entity, read once, and its mention count."""
+    def _entity_lookups(self) -> tuple[NameIndex, dict[str, int]]:
+        """The name index and every entity's mention count, from one read of the entities (not kept: at scale they
+        are the largest thing a query process would hold)."""
         entities: list[Entity] = []
         offset = 0
         while True:
             page = self.graph.list_entities(offset=offset, limit=5000, order_by="name")
             entities.extend(page)
             if len(page) < 5000:
-                return entities, {e.entity_id: e.mention_count for e in entities}
+                return NameIndex(entities, self._texts[1]), {e.entity_id: e.mention_count for e in entities}
             offset += len(page)
 
     @cached_property
