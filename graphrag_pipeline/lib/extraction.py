@@ -154,21 +154,18 @@ def available_cores(cgroup_root: Path = Path("/sys/fs/cgroup")) -> int:
 
 
 def _cgroup_cpu_quota(root: Path) -> float | None:
-    """CPUs' worth of time per period the cgroup may use (cgroup v2 cpu.max, or v1 cfs quota), None if unlimited."""
-    for quota_file, period_file in ((root / "cpu.max", None), (root / "cpu" / "cpu.cfs_quota_us", root / "cpu" / "cpu.cfs_period_us")):
+    """CPUs' worth of time per period the cgroup may use (cgroup v2 cpu.max, else v1's cfs quota); None when it is
+    unlimited ("max", -1) or unreadable."""
+    readings = (
+        lambda: (root / "cpu.max").read_text().split()[:2],
+        lambda: [(root / "cpu" / name).read_text() for name in ("cpu.cfs_quota_us", "cpu.cfs_period_us")],
+    )
+    for read in readings:
         try:
-            if period_file is None:
-                quota, period = quota_file.read_text().split()[:2]
-            else:
-                quota, period = quota_file.read_text().strip(), period_file.read_text().strip()
-        except (OSError, ValueError):
+            quota, period = (int(value) for value in read())
+        except (OSError, ValueError):  # missing, "max", or not two numbers
             continue
-        if quota in ("max", "-1"):
-            return None
-        try:
-            return int(quota) / int(period) if int(quota) > 0 and int(period) > 0 else None
-        except ValueError:
-            return None
+        return quota / period if quota > 0 and period > 0 else None
     return None
 
 
