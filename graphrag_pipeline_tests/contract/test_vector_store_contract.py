@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from qdrant_edge import Distance, EdgeConfig, EdgeShard, EdgeVectorParams
 
 import graphrag_pipeline
 from graphrag_pipeline.lib.models import VectorPoint
@@ -30,6 +31,7 @@ from graphrag_pipeline.lib.stores.edge_vectors import (
     _copy_sparse,
 )
 from graphrag_pipeline.lib.stores.protocols import VectorStore
+from graphrag_pipeline.lib.stores.vector_points import VECTOR_NAME
 from graphrag_pipeline.lib.stores.qdrant_vectors import QdrantVectorStore
 
 
@@ -533,3 +535,43 @@ def test_each_collection_is_stored_once_at_rest_and_writes_after_a_publish_keep_
         assert reader.point_ids("chunks") == {p.point_id for p in [*points[:3], points[4]]}
         assert reader.point_ids("entities") == {points[3].point_id}  # carried over unchanged, by hard links
     assert published_versions(tmp_path / "vectors") == [version]
+
+
+def test_new_shards_have_no_write_ahead_log_and_a_writer_killed_after_upsert_loses_nothing(tmp_path: Path) -> None:
+    store = edge_store(tmp_path)
+    shard_dir = tmp_path / "vectors" / "collections" / "chunks" / "shard"
+    assert not (shard_dir / "wal").exists()
+    killed_writer = """
+        import json, os, sys
+        from graphrag_pipeline.lib.models import VectorPoint
+        from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorStore
+        store = EdgeVectorStore(sys.argv[1])
+        store.upsert("chunks", [VectorPoint(f"k-{i}", (1.0, i + 1.0, 0.0, 0.0), {"doc_ids": []}) for i in range(50)])
+        store.delete("chunks", ["k-7"])
+        print(json.dumps({"written": 50}), flush=True)
+        os._exit(0)  # killed: nothing closes the store or the shard
+    """
+    assert run_in_subprocess(killed_writer, str(tmp_path / "vectors")) == {"written": 50}
+
+    assert store.point_ids("chunks") == {f"k-{i}" for i in range(50)} - {"k-7"}
+    store.publish()
+    with EdgeVectorReader(tmp_path / "vectors", scratch_dir=tmp_path) as reader:
+        assert not list((tmp_path / "vectors" / "published").glob("*/chunks/wal"))
+        assert reader.search("chunks", (1.0, 50.0, 0.0, 0.0), limit=1)[0].point_id == "k-49"
+
+
+def test_a_shard_created_with_a_write_ahead_log_by_an_earlier_version_is_still_written_and_published(
+    tmp_path: Path,
+) -> None:
+    shard_dir = tmp_path / "vectors" / "collections" / "chunks" / "shard"
+    with_wal = EdgeConfig(vectors={VECTOR_NAME: EdgeVectorParams(size=DIM, distance=Distance.Cosine)})
+    EdgeShard.create(str(shard_dir), with_wal).close()
+    assert (shard_dir / "wal").is_dir()
+    store = edge_store(tmp_path)
+    points = corpus()
+    store.upsert("chunks", points)
+    store.delete("chunks", [points[0].point_id])
+    store.publish()
+    store.upsert("chunks", [points[0]])  # restored from the published copy, WAL and all, then written again
+
+    assert store.point_ids("chunks") == {p.point_id for p in points}

@@ -1,7 +1,7 @@
 """The embedded vector store: one Qdrant Edge shard per collection, written by one process at a time, read from copies.
 
-An ``EdgeShard`` directory can be open in only one process at a time (a second ``EdgeShard.load`` fails on the WAL
-lock), while Dagster runs steps in separate processes and agents query from their own. So:
+An ``EdgeShard`` directory may be open in only one process at a time, while Dagster runs steps in separate processes
+and agents query from their own. So:
 
 * ``EdgeVectorStore`` (the writer) keeps each collection's *working* shard closed between operations. Every operation
   takes an exclusive ``flock`` on the collection's lock file, loads the shard, works, flushes and closes it, so writers
@@ -16,6 +16,10 @@ lock), while Dagster runs steps in separate processes and agents query from thei
   version (and marks it ``restored-from`` that version until something writes to it). A collection nobody wrote
   since the last publish goes into the next version as hard links to the current version's files, which are never
   written once published (readers open copies): a build that only reads a collection copies it once, not twice.
+* Shards are created without a write-ahead log. Every writing operation flushes before it returns (a ``session``, when
+  it ends), and that flush is what makes it durable: the WAL would only add a second copy of every vector written
+  since the shard was created, which doubled the size of the collections at rest and of every copy. Shards created
+  with a WAL by an earlier version keep it (Edge fixes the setting at creation).
 * ``EdgeVectorReader`` copies the current version into a private scratch directory and opens that, so any number of
   reader processes can run next to a writer that keeps writing the working copies.
 
@@ -34,7 +38,7 @@ exclusive lock (readers still copying it); once ``CURRENT`` has switched, no rea
 any other version, and every version but the current one is deleted (under ``publish.lock``, after ``read.lock`` is
 released so new readers need not wait for the deletion). There is no older version to roll back to.
 
-Disk: Edge preallocates its files (32 MiB per WAL file, vector chunk and payload page) but leaves them sparse, so a
+Disk: Edge preallocates its files (32 MiB per vector chunk and payload page, and per WAL file where there is one) but leaves them sparse, so a
 three-point collection has about 138 MB of apparent size in a few hundred KB of blocks. Every copy (publish and reader)
 therefore preserves the holes (``_copy_sparse``); a plain ``shutil.copytree`` would allocate all 138 MB per copy.
 
@@ -99,7 +103,8 @@ _EDGE_CONFIG_FILE = "edge_config.json"  # written by Qdrant Edge into every shar
 
 
 def _collection_config(dimension: int) -> EdgeConfig:
-    return EdgeConfig(vectors={VECTOR_NAME: EdgeVectorParams(size=dimension, distance=Distance.Cosine)})
+    return EdgeConfig(vectors={VECTOR_NAME: EdgeVectorParams(size=dimension, distance=Distance.Cosine)},
+                      wal_enabled=False)
 
 
 def _match_filter(must_match: dict[str, Any] | None) -> Filter | None:
