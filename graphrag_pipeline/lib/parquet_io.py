@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from graphrag_pipeline.lib.ids import content_hash
 from graphrag_pipeline.lib.models import Chunk, Document
-from graphrag_pipeline.lib.state import StateStore, access_groups_of, extraction_from_json
+from graphrag_pipeline.lib.state import StateStore, access_groups_of, extraction_from_json, unpack_payload
 from graphrag_pipeline.lib.stages import STAGES, StageReport
 from graphrag_pipeline.lib.stages.embeddings import chunk_embedding_text
 from graphrag_pipeline.lib.workspace import Workspace
@@ -62,6 +62,7 @@ def export_tables(state: StateStore, embedder_model: str) -> dict[str, pa.Table]
     for chunk_id, key, payload in state.query(
         "SELECT chunk_id, extractor_key, payload FROM extractions ORDER BY chunk_id, extractor_key"
     ):
+        payload = unpack_payload(payload)
         extraction = extraction_from_json(chunk_id, payload)
         mention_rows.append({"chunk_id": chunk_id, "extractor_key": key, "payload": payload,
                              "entity_names": [e.name for e in extraction.entities]})
@@ -77,11 +78,11 @@ def export_tables(state: StateStore, embedder_model: str) -> dict[str, pa.Table]
         "entities": _element_rows(state, "entity", ("name", "type", "description")),
         "relationships": _element_rows(state, "relationship", ("source", "target", "type", "description", "weight")),
         "communities": [
-            {"community_id": cid, "level": level, "payload": payload}
+            {"community_id": cid, "level": level, "payload": unpack_payload(payload)}
             for cid, level, payload in state.query("SELECT community_id, level, payload FROM communities ORDER BY community_id")
         ],
         "community_summaries": [
-            {"community_id": cid, "content_hash": digest, "payload": payload}
+            {"community_id": cid, "content_hash": digest, "payload": unpack_payload(payload)}
             for cid, digest, payload in state.query(
                 "SELECT community_id, content_hash, payload FROM community_summaries ORDER BY community_id")
         ],
@@ -99,6 +100,7 @@ def _element_rows(state: StateStore, kind: str, columns: tuple[str, ...]) -> lis
     for element_id, digest, payload in state.query(
         "SELECT element_id, content_hash, payload FROM elements WHERE kind = ? ORDER BY element_id", (kind,)
     ):
+        payload = unpack_payload(payload)
         data = json.loads(payload)
         row: dict[str, Any] = {"element_id": element_id, "content_hash": digest, "payload": payload}
         for column in columns:

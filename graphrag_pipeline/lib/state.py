@@ -15,6 +15,7 @@ import sqlite3
 import sys
 import threading
 import time
+import zlib
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -39,11 +40,15 @@ UNSYNCED = "unsynced"
 BUILD_LOCK_FILE = "build.lock"  # beside state.sqlite: held by every writer of the index (see `build_lock`)
 
 # The version of the tables below. A change to them bumps it and adds the statements that bring an index of the
-# previous version up to it to _MIGRATIONS, so an existing index is migrated in place rather than rebuilt, and a
+# previous version up to it to StateStore.MIGRATIONS, so an existing index is migrated in place rather than rebuilt, and a
 # pipeline older than the index it opens refuses it instead of writing rows in a layout it does not know.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 IN_BATCH = 900  # ids per "IN (...)" list: SQLite takes at most 999 parameters per statement
-_MIGRATIONS: dict[int, str] = {}  # version -> script that migrates an index of version - 1 to it
+# The tables whose ``payload`` column holds JSON written by the pipeline: stored zlib-compressed since version 2.
+PAYLOAD_TABLES = ("extractions", "elements", "communities", "community_summaries", "source_extractions")
+# Level 1: the payloads shrink about as much as at the default level (ids and repeated keys are most of them), at a
+# fraction of the time, and element summaries write tens of thousands of them per build.
+_PAYLOAD_COMPRESSION = 1
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (   -- one row per migration applied to this index
@@ -150,6 +155,25 @@ CREATE TABLE IF NOT EXISTS source_extractions (   -- extractions shipped with a 
 """
 
 
+def pack_payload(text: str) -> bytes:
+    """A JSON payload as stored: compressed (payloads were most of an index's state, as text)."""
+    return zlib.compress(text.encode(), _PAYLOAD_COMPRESSION)
+
+
+def unpack_payload(stored: str | bytes | memoryview) -> str:
+    """The JSON text of a stored payload. Rows written before schema version 2 hold the JSON itself: as text in
+    SQLite (a column accepts either), as its UTF-8 bytes in PostgreSQL after the migration to ``BYTEA``; JSON starts
+    with a bracket, which a zlib stream never does."""
+    if isinstance(stored, str):
+        return stored
+    data = bytes(stored)
+    return (data if data[:1] in (b"{", b"[") else zlib.decompress(data)).decode()
+
+
+def _loads(stored: str | bytes | memoryview) -> Any:
+    return json.loads(unpack_payload(stored))
+
+
 class StateStore:
     """Thread-safe access to the state database (one connection per thread).
 
@@ -199,6 +223,10 @@ class StateStore:
                 raise
             conn.execute("COMMIT")
 
+    # Version -> the statements that bring an index of version - 1 to it. SQLite stores compressed payloads in their
+    # TEXT columns as they are, so version 2 (compressed payloads) changes nothing in its tables.
+    MIGRATIONS: dict[int, str] = {2: ""}
+
     def _migrate(self) -> None:
         """Bring the index's tables to SCHEMA_VERSION, recording each step; refuse an index written by a newer
         pipeline. An index from before versioning has every table of version 1, which the DDL above created."""
@@ -210,8 +238,8 @@ class StateStore:
                     "upgrade graphrag_pipeline to open it"
                 )
             for version in range(current + 1, SCHEMA_VERSION + 1):
-                if version in _MIGRATIONS:
-                    for statement in filter(str.strip, _MIGRATIONS[version].split(";")):
+                if version in self.MIGRATIONS:
+                    for statement in filter(str.strip, self.MIGRATIONS[version].split(";")):
                         conn.execute(statement)
                 conn.execute("INSERT INTO schema_version VALUES (?, ?)", (version, time.time()))
 
@@ -477,7 +505,7 @@ class StateStore:
         with self.transaction() as conn:
             conn.executemany(
                 "INSERT OR REPLACE INTO extractions VALUES (?, ?, ?)",
-                [(e.chunk_id, extractor_key, extraction_to_json(e)) for e in extractions],
+                [(e.chunk_id, extractor_key, pack_payload(extraction_to_json(e))) for e in extractions],
             )
 
     def live_extractions(self, extractor_key: str, family: str | None = None) -> Iterator[tuple[str, str, ChunkExtraction]]:
@@ -534,12 +562,12 @@ class StateStore:
         with self.transaction() as conn:
             conn.executemany(
                 "INSERT OR REPLACE INTO source_extractions VALUES (?, ?)",
-                [(doc_id, json.dumps(record)) for doc_id, record in records.items()],
+                [(doc_id, pack_payload(json.dumps(record))) for doc_id, record in records.items()],
             )
 
     def source_extractions(self, doc_ids: Iterable[str]) -> dict[str, dict]:
         rows = self._rows_with_ids("SELECT doc_id, payload FROM source_extractions WHERE doc_id IN ({ids})", set(doc_ids))
-        return {d: json.loads(p) for d, p in rows}
+        return {d: _loads(p) for d, p in rows}
 
     # --- merged elements, graph sync, communities ---------------------------------------------------------------
 
@@ -554,16 +582,16 @@ class StateStore:
             conn.executemany("DELETE FROM elements WHERE kind = ? AND element_id = ?", [(kind, e) for e in removed])
             conn.executemany(
                 "INSERT OR REPLACE INTO elements VALUES (?, ?, ?, ?)",
-                [(kind, eid, h, payload) for eid, (h, payload) in upserts.items()],
+                [(kind, eid, h, pack_payload(payload)) for eid, (h, payload) in upserts.items()],
             )
 
     def element_payloads(self, kind: str, element_ids: Iterable[str] | None = None) -> dict[str, dict]:
         if element_ids is None:
             rows = self.query("SELECT element_id, payload FROM elements WHERE kind = ?", (kind,))
-            return {eid: json.loads(p) for eid, p in rows}
+            return {eid: _loads(p) for eid, p in rows}
         rows = self._rows_with_ids("SELECT element_id, payload FROM elements WHERE kind = ? AND element_id IN ({ids})",
                                    element_ids, kind)
-        return {eid: json.loads(p) for eid, p in rows}
+        return {eid: _loads(p) for eid, p in rows}
 
     def record_synced(self, kind: str, hashes: dict[str, str], removed: Sequence[str]) -> None:
         with self.transaction() as conn:
@@ -574,15 +602,16 @@ class StateStore:
         with self.transaction() as conn:
             conn.execute("DELETE FROM communities")
             conn.executemany(
-                "INSERT INTO communities VALUES (?, ?, ?)", [(cid, lvl, p) for cid, (lvl, p) in communities.items()]
+                "INSERT INTO communities VALUES (?, ?, ?)",
+                [(cid, lvl, pack_payload(p)) for cid, (lvl, p) in communities.items()],
             )
 
     def community_payloads(self, community_ids: Iterable[str] | None = None) -> dict[str, dict]:
         if community_ids is None:
-            return {cid: json.loads(p) for cid, p in self.query("SELECT community_id, payload FROM communities")}
+            return {cid: _loads(p) for cid, p in self.query("SELECT community_id, payload FROM communities")}
         rows = self._rows_with_ids("SELECT community_id, payload FROM communities WHERE community_id IN ({ids})",
                                    set(community_ids))
-        return {cid: json.loads(p) for cid, p in rows}
+        return {cid: _loads(p) for cid, p in rows}
 
     def community_summary_hashes(self) -> dict[str, str]:
         return dict(self.query("SELECT community_id, content_hash FROM community_summaries"))
@@ -592,17 +621,17 @@ class StateStore:
             conn.executemany("DELETE FROM community_summaries WHERE community_id = ?", [(c,) for c in removed])
             conn.executemany(
                 "INSERT OR REPLACE INTO community_summaries VALUES (?, ?, ?)",
-                [(cid, h, p) for cid, (h, p) in upserts.items()],
+                [(cid, h, pack_payload(p)) for cid, (h, p) in upserts.items()],
             )
 
     def community_summary_payloads(self, community_ids: Iterable[str] | None = None) -> dict[str, dict]:
         if community_ids is None:
             rows = self.query("SELECT community_id, payload FROM community_summaries")
-            return {cid: json.loads(p) for cid, p in rows}
+            return {cid: _loads(p) for cid, p in rows}
         # Only the rows asked for: a global question reads a few summaries, and an index's are many and long.
         rows = self._rows_with_ids("SELECT community_id, payload FROM community_summaries WHERE community_id IN ({ids})",
                                    set(community_ids))
-        return {cid: json.loads(p) for cid, p in rows}
+        return {cid: _loads(p) for cid, p in rows}
 
     # --- quarantine ---------------------------------------------------------------------------------------------
 
@@ -695,8 +724,9 @@ def extraction_to_json(extraction: ChunkExtraction) -> str:
     )
 
 
-def extraction_from_json(chunk_id: str, payload: str) -> ChunkExtraction:
-    data = json.loads(payload)
+def extraction_from_json(chunk_id: str, payload: str | bytes | memoryview) -> ChunkExtraction:
+    """The extraction of a stored payload (or of its JSON text)."""
+    data = _loads(payload)
     return ChunkExtraction(
         chunk_id=chunk_id,
         entities=tuple(EntityMention(n, t, d, chunk_id, s) for n, t, d, s in data["entities"]),

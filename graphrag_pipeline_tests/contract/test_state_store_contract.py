@@ -7,6 +7,7 @@ graphrag_pipeline_tests/postgres.py, a database per test).
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import multiprocessing
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,13 @@ import pytest
 from graphrag_pipeline.lib import backends
 from graphrag_pipeline.lib.config import ENVIRONMENT_OVERRIDES, load_settings
 from graphrag_pipeline.lib.models import Chunk, ChunkExtraction, Document, EntityMention, Quarantined
-from graphrag_pipeline.lib.state import SCHEMA_VERSION, SchemaVersionError, StateStore
+from graphrag_pipeline.lib.state import (
+    SCHEMA_VERSION,
+    SchemaVersionError,
+    StateStore,
+    extraction_to_json,
+    unpack_payload,
+)
 from graphrag_pipeline.lib.stores.postgres_state import PostgresStateStore
 from graphrag_pipeline.lib.stores.state_protocol import StateStoreProtocol
 from graphrag_pipeline_tests.postgres import throwaway_database
@@ -59,6 +66,9 @@ def _chunks(doc: Document, count: int) -> list[Chunk]:
             for i in range(count)]
 
 
+EVERY_VERSION = [(version,) for version in range(1, SCHEMA_VERSION + 1)]  # a new index records each migration once
+
+
 def test_implements_the_protocol(state: StateStoreProtocol) -> None:
     assert isinstance(state, StateStoreProtocol)
 
@@ -68,8 +78,42 @@ def test_schema_version_recorded_once_across_reopens(open_state: OpenState) -> N
     assert first.schema_version() == SCHEMA_VERSION
     first.close()
     second = open_state()
-    assert second.query("SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
+    assert second.query("SELECT version FROM schema_version ORDER BY version") == EVERY_VERSION
     second.close()
+
+
+def test_an_index_of_version_1_is_migrated_and_its_json_payloads_read_next_to_compressed_ones(
+    open_state: OpenState,
+) -> None:
+    store = open_state()
+    extraction = ChunkExtraction("c1", (EntityMention("Kiss and Tell", "work", "a film", "c1", "ner"),), ())
+    v1_rows = {  # version 1 stored the JSON text itself
+        "extractions": ("c1", "key", extraction_to_json(extraction)),
+        "elements": ("entity", "e1", "h1", json.dumps({"name": "Kiss and Tell"})),
+        "communities": ("k1", 0, json.dumps({"members": ["e1"]})),
+        "community_summaries": ("k1", "h2", json.dumps({"summary": "Films."})),
+        "source_extractions": ("d1", json.dumps({"entities": []})),
+    }
+    with store.transaction() as conn:
+        conn.execute("DELETE FROM schema_version WHERE version > 1")
+        for table, row in v1_rows.items():
+            if isinstance(store, PostgresStateStore):
+                conn.execute(f"ALTER TABLE {table} ALTER COLUMN payload TYPE TEXT USING convert_from(payload, 'UTF8')")
+            conn.execute(f"INSERT INTO {table} VALUES ({', '.join('?' * len(row))})", row)
+    store.close()
+
+    store = open_state()
+    assert store.query("SELECT version FROM schema_version ORDER BY version") == EVERY_VERSION
+    store.replace_elements("entity", {"e2": ("h3", json.dumps({"name": "Lake Kivu"}))}, [])
+    assert store.element_payloads("entity") == {"e1": {"name": "Kiss and Tell"}, "e2": {"name": "Lake Kivu"}}
+    assert store.extractions(["c1"], "key") == {"c1": extraction}
+    assert store.community_payloads() == {"k1": {"members": ["e1"]}}
+    assert store.community_summary_payloads(["k1"]) == {"k1": {"summary": "Films."}}
+    assert store.source_extractions(["d1"]) == {"d1": {"entities": []}}
+    stored = store.query("SELECT payload FROM elements WHERE element_id = 'e2'")[0][0]
+    assert unpack_payload(stored) == json.dumps({"name": "Lake Kivu"}) and len(bytes(stored)) > 0
+    assert bytes(stored)[:1] not in (b"{", b"[")  # written compressed
+    store.close()
 
 
 def test_index_of_a_newer_schema_is_refused(open_state: OpenState) -> None:
@@ -311,7 +355,7 @@ def test_processes_opening_one_empty_postgres_database_at_once_all_get_one_schem
                 assert versions == [SCHEMA_VERSION] * openers
                 store = PostgresStateStore(url, read_only=True)
                 try:
-                    assert store.query("SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
+                    assert store.query("SELECT version FROM schema_version ORDER BY version") == EVERY_VERSION
                 finally:
                     store.close()
 

@@ -73,6 +73,11 @@ class _PostgresConnection:
 class PostgresStateStore(state.StateStore):
     """The state of one index in a PostgreSQL database (one connection per thread)."""
 
+    # Version 2 stores payloads compressed, which a TEXT column refuses: they become BYTEA, the JSON already there
+    # as its UTF-8 bytes (state.unpack_payload reads both).
+    MIGRATIONS = {2: "; ".join(f"ALTER TABLE {table} ALTER COLUMN payload TYPE BYTEA USING convert_to(payload, 'UTF8')"
+                               for table in state.PAYLOAD_TABLES)}
+
     def __init__(self, url: str, *, read_only: bool = False):
         self.url = url
         self.path = Path(re.sub(r"//[^@/]*@", "//", url))  # for messages only: the URL without its credentials
