@@ -85,6 +85,7 @@ def test_import_into_a_fresh_index_answers_the_same_without_embedding_or_extract
         workspace.close()
     counts = {r.stage: r.counts for r in reports}
     assert counts["embeddings"].get("embedded", 0) == 0 and counts["embeddings"]["embedding_cache_hits"] > 0
+    assert counts["graph"]["embedded"] == 0 and counts["graph"]["entities_upserted"] > 0  # names from the export
     assert counts["extracted_elements"].get("extracted", 0) == 0
     assert _without_timings(_answers(target)) == _without_timings(_answers(settings))
 

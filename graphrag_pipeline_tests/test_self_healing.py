@@ -60,13 +60,14 @@ def cli(settings, *args: str, env: dict | None = None) -> subprocess.CompletedPr
                           capture_output=True, text=True, timeout=600, env=env)
 
 
-def test_a_build_after_the_vectors_folder_was_deleted_restores_every_vector_from_the_cache(original, damaged):
+def test_a_build_after_the_vectors_folder_was_deleted_restores_every_vector(original, damaged):
     shutil.rmtree(Path(damaged.index_dir) / "vectors")
     counts = build(damaged, original["embedder"])
-    chunks = len(original["snapshot"]["chunks"])
+    chunks, entities = len(original["snapshot"]["chunks"]), len(original["snapshot"]["entities"])
     assert counts["embeddings"]["chunks_lost_points_restored"] == chunks
     assert counts["embeddings"]["embedded"] == 0 and counts["embeddings"]["embedding_cache_hits"] == chunks
-    assert counts["graph"]["entities_lost_points_restored"] == len(original["snapshot"]["entities"])
+    assert counts["graph"]["entities_lost_points_restored"] == entities
+    assert counts["graph"]["embedded"] == entities  # names are not cached: each keyed only the point that was lost
     assert counts["community_summaries"]["communities_lost_points_restored"] > 0
     assert_same_index(index_snapshot(damaged), original["snapshot"])
 

@@ -18,10 +18,12 @@ from graphrag_pipeline.lib.embedders import LocalEmbedder
 from graphrag_pipeline.lib.extraction import OfflineExtractor
 from graphrag_pipeline.lib.ids import stable_shard
 from graphrag_pipeline.lib.stages import build_everything
+from graphrag_pipeline.lib.stages.report import StageReport
+from graphrag_pipeline.lib.stages.vectors import GLOBAL_SHARD, sync_points
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES
 from graphrag_pipeline.lib.workspace import Workspace
 
-from .conftest import SAMPLE_CORPUS
+from .conftest import SAMPLE_CORPUS, folder_settings
 from .index_snapshot import assert_same_index, index_snapshot
 
 pytestmark = pytest.mark.slow
@@ -161,3 +163,26 @@ def test_a_deleted_document_leaves_nothing_derived_only_from_it(synced):
 def test_the_ingest_report_says_what_changed_since_the_last_build(synced):
     notes = synced["edit_reports"]["raw_documents"].notes
     assert notes == [f"changed rb:{EDITED}"]
+
+
+def test_a_point_whose_payload_alone_changed_keeps_its_vector_and_uncached_texts_stay_out_of_the_cache(tmp_path):
+    (tmp_path / "corpus").mkdir()
+    embedder = CountingEmbedder()
+    with Workspace(folder_settings(tmp_path / "index", tmp_path / "corpus"), embedder=embedder) as ws:
+        def sync(wanted: dict[str, tuple[str, dict]]) -> dict[str, int]:
+            report = StageReport("test")
+            sync_points(ws, ENTITIES, {pid: (GLOBAL_SHARD, text, payload) for pid, (text, payload) in wanted.items()},
+                        None, report, cache_new_texts=False)
+            return report.counts
+
+        first = sync({"e1": ("payments-api", {"doc_ids": ["a"]}), "e2": ("checkout", {"doc_ids": ["a"]})})
+        stored = ws.vector_store.vectors(ENTITIES, ["e1"])["e1"]
+        embedder.texts.clear()
+        second = sync({"e1": ("payments-api", {"doc_ids": ["a", "b"]}), "e2": ("checkout-service", {"doc_ids": ["a"]})})
+
+        assert (first["embedded"], first["vectors_kept"]) == (2, 0)
+        assert (second["embedded"], second["vectors_kept"], second["entities_upserted"]) == (1, 1, 2)
+        assert embedder.texts == ["checkout-service"]
+        assert ws.vector_store.vectors(ENTITIES, ["e1"])["e1"].tolist() == stored.tolist()
+        assert ws.vector_store.search(ENTITIES, stored, 1)[0].payload["doc_ids"] == ["a", "b"]
+        assert ws.state.query("SELECT COUNT(*) FROM embedding_cache") == [(0,)]

@@ -26,6 +26,8 @@ from graphrag_pipeline.lib.models import Chunk, Document
 from graphrag_pipeline.lib.state import StateStore, access_groups_of, extraction_from_json, unpack_payload
 from graphrag_pipeline.lib.stages import STAGES, StageReport
 from graphrag_pipeline.lib.stages.embeddings import chunk_embedding_text
+from graphrag_pipeline.lib.stages.vectors import point_key, same_text
+from graphrag_pipeline.lib.stores.protocols import ENTITIES
 from graphrag_pipeline.lib.workspace import Workspace
 
 EXPORT_FORMAT_VERSION = 1
@@ -38,14 +40,19 @@ class ExportMismatchError(ValueError):
     """The export was made with another embedder than the configuration's: its vectors would not be comparable."""
 
 
-def export_tables(state: StateStore, embedder_model: str) -> dict[str, pa.Table]:
-    """Every table of the index, read from the state store (the system of record of the derived stores)."""
+def export_tables(state: StateStore, embedder_model: str,
+                  stored_vectors: dict[str, np.ndarray] | None = None) -> dict[str, pa.Table]:
+    """Every table of the index, read from the state store (the system of record of the derived stores).
+    ``stored_vectors``: text hash -> vector of texts the cache does not keep (entity names), exported with it so an
+    import embeds nothing again."""
     documents = state.documents()
     chunked_keys = dict(state.query("SELECT doc_id, chunked_key FROM documents"))
     shards = dict(state.query("SELECT doc_id, shard FROM documents"))
     chunks = state.chunks()
     titles = {d.doc_id: d.title for d in documents}
     cache = dict(state.query("SELECT text_hash, vector FROM embedding_cache WHERE model = ?", [embedder_model]))
+    for text_hash, stored in (stored_vectors or {}).items():
+        cache.setdefault(text_hash, np.asarray(stored, dtype=np.float32).tobytes())
 
     def vector(text_hash: str) -> list[float] | None:
         blob = cache.get(text_hash)
@@ -211,9 +218,20 @@ def load_state(state: StateStore, tables: dict[str, pa.Table], embedder_model: s
                                        for r in tables["community_summaries"].to_pylist()}, [])
 
 
+def entity_name_vectors(ws: Workspace) -> dict[str, np.ndarray]:
+    """Text hash of each entity's name -> the vector its point holds, for the points booked as built from that name
+    with this model (the graph stage does not cache names: each keys one point)."""
+    if ENTITIES not in ws.vector_store.collections():
+        return {}
+    names = {eid: payload["name"] for eid, payload in ws.state.element_payloads("entity").items()}
+    booked = ws.state.indexed_points(ENTITIES)
+    current = [eid for eid, name in names.items() if same_text(booked.get(eid), point_key(ws.embedder.name, name, {}))]
+    return {content_hash(names[eid]): vector for eid, vector in ws.vector_store.vectors(ENTITIES, current).items()}
+
+
 def export_index(ws: Workspace, directory: str | Path) -> dict[str, Any]:
     """Write the workspace's index to ``directory`` as Parquet tables and a manifest; returns the manifest."""
-    tables = export_tables(ws.state, ws.embedder.name)
+    tables = export_tables(ws.state, ws.embedder.name, entity_name_vectors(ws))
     manifest = {"embedder": {"model": ws.embedder.name, "dimension": ws.embedding_dimension},
                 "extractor_key": ws.extractor_key, "shard_count": ws.settings.shard_count,
                 "backends": {"graph": ws.settings.backends.graph, "vector": ws.settings.backends.vector},

@@ -240,6 +240,21 @@ def test_point_ids_lists_every_point_past_one_scroll_page(vector_store: VectorSt
     assert vector_store.count("chunks") == len(ids)
 
 
+def test_vectors_returns_the_stored_vector_of_each_existing_point_past_one_batch(vector_store: VectorStore) -> None:
+    rng = np.random.default_rng(11)
+    stored = {f"chunk-{i}": rng.random(DIM).astype(np.float32) + 0.01 for i in range(1_234)}
+    vector_store.ensure_collection("chunks", DIM)
+    vector_store.upsert("chunks", [VectorPoint(i, v, {"doc_ids": ["d"]}) for i, v in stored.items()])
+    asked = [*stored, "chunk-missing"]
+
+    found = vector_store.vectors("chunks", asked)
+
+    assert set(found) == set(stored)
+    for point_id, vector in stored.items():  # cosine collections keep the unit vector
+        np.testing.assert_allclose(found[point_id], vector / np.linalg.norm(vector), atol=1e-6)
+    assert vector_store.vectors("chunks", []) == {}
+
+
 def test_bad_vectors_are_rejected_with_a_clear_error(vector_store: VectorStore) -> None:
     vector_store.ensure_collection("chunks", DIM)
 

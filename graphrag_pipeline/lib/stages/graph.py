@@ -68,7 +68,9 @@ def sync_graph(ws: Workspace) -> StageReport:
         eid: (GLOBAL_SHARD, e.name, {"doc_ids": list(e.doc_ids[:200]), "name": e.name, "type": e.type})
         for eid, e in entities.items()
     }
-    sync_points(ws, ENTITIES, wanted, None, report)
+    # A name keys one entity's point, which keeps its vector while the name stays: caching it as well held a second
+    # copy of ten thousand vectors on musique-100 (most of the embedding cache) that nothing read.
+    sync_points(ws, ENTITIES, wanted, None, report, cache_new_texts=False)
     stats = graph.stats()
     report.counts.update(
         entities=stats.entity_count,

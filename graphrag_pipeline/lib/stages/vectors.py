@@ -21,8 +21,9 @@ GLOBAL_SHARD = -1  # indexed_points shard for collections that are not partition
 EMBEDDING_BATCH = 512
 
 
-def embed_texts_cached(ws: Workspace, texts: Sequence[str], report: StageReport) -> np.ndarray:
-    """Embed with the persistent cache: a text the model has seen before costs a lookup, not an inference."""
+def embed_texts_cached(ws: Workspace, texts: Sequence[str], report: StageReport, keep_new: bool = True) -> np.ndarray:
+    """Embed with the persistent cache: a text the model has seen before costs a lookup, not an inference.
+    ``keep_new=False`` reads the cache but does not add the new texts' vectors to it."""
     hashes = [content_hash(t) for t in texts]
     cached = ws.state.cached_embeddings(ws.embedder.name, hashes)
     missing = {h: t for h, t in zip(hashes, texts) if h not in cached}
@@ -30,7 +31,8 @@ def embed_texts_cached(ws: Workspace, texts: Sequence[str], report: StageReport)
         with report.timed("embed"):
             vectors = ws.embedder.embed(list(missing.values()))
         fresh = dict(zip(missing.keys(), vectors))
-        ws.state.cache_embeddings(ws.embedder.name, fresh)
+        if keep_new:
+            ws.state.cache_embeddings(ws.embedder.name, fresh)
         cached.update(fresh)
     report.counts["embedded"] = report.counts.get("embedded", 0) + len(missing)
     report.counts["embedding_cache_hits"] = report.counts.get("embedding_cache_hits", 0) + len(texts) - len(missing)
@@ -60,6 +62,17 @@ def reconcile_collection(ws: Workspace, collection: str, report: StageReport) ->
     return {booked[pid] for pid in lost}
 
 
+def point_key(model: str, text: str, payload: dict[str, Any]) -> str:
+    """What a point was built from, as booked in ``indexed_points``: the hash of the model and its text, then its
+    payload's, so a point whose payload alone changed is seen to keep its vector."""
+    return f"{content_hash(model, text)[:32]}:{content_hash(json.dumps(payload, sort_keys=True))[:32]}"
+
+
+def same_text(booked: str | None, key: str) -> bool:
+    """Whether a booked key (None, ``UNSYNCED`` or one written before keys had two parts: never) has ``key``'s text."""
+    return booked is not None and ":" in booked and booked.split(":", 1)[0] == key.split(":", 1)[0]
+
+
 def sync_points(
     ws: Workspace,
     collection: str,
@@ -67,24 +80,34 @@ def sync_points(
     shards: set[int] | None,
     report: StageReport,
     vectors_of: Callable[[Sequence[str]], np.ndarray] | None = None,
+    cache_new_texts: bool = True,
 ) -> None:
-    """Make `collection` (restricted to `shards`) hold exactly `wanted`, embedding only what is new or changed.
-    Each batch is booked ``UNSYNCED`` before it is written and with its key after, so a rerun after a kill rewrites
-    the unfinished batch and deletes what a killed run wrote for points that have since disappeared.
+    """Make `collection` (restricted to `shards`) hold exactly `wanted`, embedding only what is new or changed: a
+    point whose text is unchanged keeps its stored vector, whatever happened to its payload. Each batch is booked
+    ``UNSYNCED`` before it is written and with its key after, so a rerun after a kill rewrites the unfinished batch
+    and deletes what a killed run wrote for points that have since disappeared.
     ``vectors_of``: computes the vectors of a batch of point ids instead of embedding their texts, which then only
-    decide (with the payload) whether a point changed."""
+    decide (with the payload) whether a point changed. ``cache_new_texts=False``: the vectors of new texts are not
+    added to the embedding cache (texts that only ever key one point: the store keeps their vector already)."""
     report.counts.setdefault("embedded", 0)
     report.counts.setdefault("embedding_cache_hits", 0)
+    report.counts.setdefault("vectors_kept", 0)
     reconcile_collection(ws, collection, report)
     indexed = ws.state.indexed_points(collection, shards)
-    keys = {pid: content_hash(text, json.dumps(payload, sort_keys=True)) for pid, (_, text, payload) in wanted.items()}
+    keys = {pid: point_key(ws.embedder.name, text, payload) for pid, (_, text, payload) in wanted.items()}
     stale = sorted(pid for pid, key in keys.items() if indexed.get(pid) != key)
     removed = sorted(set(indexed) - set(wanted))
     progress = ws.progress(report.stage, f"embed {collection}", len(stale))
     for start in range(0, len(stale), EMBEDDING_BATCH):
         batch = stale[start : start + EMBEDDING_BATCH]
-        vectors = (vectors_of(batch) if vectors_of is not None
-                   else embed_texts_cached(ws, [wanted[pid][1] for pid in batch], report))
+        kept = ws.vector_store.vectors(collection, [pid for pid in batch if same_text(indexed.get(pid), keys[pid])])
+        report.counts["vectors_kept"] += len(kept)
+        to_compute = [pid for pid in batch if pid not in kept]
+        computed = {}
+        if to_compute:
+            computed = dict(zip(to_compute, vectors_of(to_compute) if vectors_of is not None else embed_texts_cached(
+                ws, [wanted[pid][1] for pid in to_compute], report, keep_new=cache_new_texts)))
+        vectors = [kept[pid] if pid in kept else computed[pid] for pid in batch]
         ws.state.record_indexed_points(collection, {pid: (wanted[pid][0], UNSYNCED) for pid in batch}, [])
         with report.timed("upsert"):
             ws.vector_store.upsert(

@@ -157,6 +157,15 @@ def _point_ids(shard: EdgeShard) -> set[str]:
             return ids
 
 
+def _vectors(shard: EdgeShard, point_ids: Sequence[str]) -> dict[str, np.ndarray]:
+    found: dict[str, np.ndarray] = {}
+    for start in range(0, len(point_ids), BATCH_SIZE):
+        uuids = [point_uuid(point_id) for point_id in point_ids[start : start + BATCH_SIZE]]
+        for record in shard.retrieve(uuids, with_payload=PayloadSelector.Include([ID_KEY]), with_vector=True):
+            found[record.payload[ID_KEY]] = np.asarray(record.vector[VECTOR_NAME], dtype=np.float32)
+    return found
+
+
 def _points(shard: EdgeShard) -> dict[str, VectorPoint]:
     points: dict[str, VectorPoint] = {}
     offset = None
@@ -359,6 +368,10 @@ class EdgeVectorStore:
     def point_ids(self, collection: str) -> set[str]:
         with self._shard(collection, writing=False) as shard:
             return _point_ids(shard)
+
+    def vectors(self, collection: str, point_ids: Sequence[str]) -> dict[str, np.ndarray]:
+        with self._shard(collection, writing=False) as shard:
+            return _vectors(shard, list(point_ids))
 
     def close(self) -> None:
         self._closed = True
@@ -618,6 +631,9 @@ class EdgeVectorReader:
 
     def point_ids(self, collection: str) -> set[str]:
         return _point_ids(self._shard(collection))
+
+    def vectors(self, collection: str, point_ids: Sequence[str]) -> dict[str, np.ndarray]:
+        return _vectors(self._shard(collection), list(point_ids))
 
     def points(self, collection: str) -> dict[str, VectorPoint]:
         """Every point of the collection with its vector and payload (what "equals a fresh build" compares)."""

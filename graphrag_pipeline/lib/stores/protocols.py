@@ -57,6 +57,10 @@ class VectorStore(Protocol):
 
     def point_ids(self, collection: str) -> set[str]: ...
 
+    # The stored vectors of those of ``point_ids`` that exist (a stage reuses a point's vector when only its payload
+    # changed, instead of embedding its text again).
+    def vectors(self, collection: str, point_ids: Sequence[str]) -> dict[str, np.ndarray]: ...
+
     def collections(self) -> list[str]: ...  # names of the collections that exist
 
     def publish(self) -> None: ...  # make all writes visible to readers in other processes (no-op for servers)

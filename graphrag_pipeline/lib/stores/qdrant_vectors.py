@@ -220,6 +220,22 @@ class QdrantVectorStore:
             if offset is None:
                 return ids
 
+    def vectors(self, collection: str, point_ids: Sequence[str]) -> dict[str, np.ndarray]:
+        self.dimension(collection)
+        ids = list(point_ids)
+        found: dict[str, np.ndarray] = {}
+        for start in range(0, len(ids), SCROLL_PAGE):
+            with self._call(collection):
+                records = self._client.retrieve(
+                    self._name(collection),
+                    ids=[point_uuid(point_id) for point_id in ids[start : start + SCROLL_PAGE]],
+                    with_payload=[ID_KEY],
+                    with_vectors=[VECTOR_NAME],
+                )
+            found.update((record.payload[ID_KEY], np.asarray(record.vector[VECTOR_NAME], dtype=np.float32))
+                         for record in records if record.payload)
+        return found
+
     def publish(self) -> None:
         """Nothing to do: every write waited for the server, so readers in other processes already see it."""
         self._check_open()
