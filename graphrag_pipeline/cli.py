@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any, Sequence
 
-from graphrag_pipeline.lib.llm.clients import LLMError
+from graphrag_pipeline.lib.llm.errors import LLMError
 from graphrag_pipeline.lib.progress import TerminalProgressBar
 from graphrag_pipeline.lib.state import IndexBusyError
 from graphrag_pipeline.query.models import FUSIONS, GRANULARITIES, MODES

@@ -114,3 +114,6 @@ def test_normalize_name_splits_camel_case_and_folds_accents():
     assert normalize_name("NodeRAIDDegraded") == normalize_name("Node RAID Degraded") == "node raid degraded"
     assert normalize_name("Aschenbrödel") == normalize_name("Aschenbrodel")
     assert normalize_name("payments-api") == normalize_name("Payments-API")
+    # Compatibility forms and case folding that changes length (not only accents) are folded like ASCII text.
+    assert [normalize_name(n) for n in ("ﬁle", "Ｆｕｌｌ Ｓｔａｃｋ", "Straße", "Zürich")] == [
+        "file", "full stack", "strasse", "zurich"]

@@ -42,10 +42,12 @@ def normalize_name(name: str) -> str:
     """
     # CamelCase is split so an alert rule and the runbook titled after it are one node:
     # "NodeRAIDDegraded" and "Node RAID Degraded" both become "node raid degraded".
-    text = _CAMEL_BOUNDARY.sub(" ", name)
-    # Accents are folded too: a question typed as "Aschenbrodel" must find the node "Aschenbrödel".
-    text = unicodedata.normalize("NFKD", text.casefold())
-    text = unicodedata.normalize("NFKC", "".join(ch for ch in text if not unicodedata.combining(ch)))
+    text = _CAMEL_BOUNDARY.sub(" ", name).casefold()
+    # Accents are folded too: a question typed as "Aschenbrodel" must find the node "Aschenbrödel". ASCII text has
+    # neither accents nor compatibility forms, and folding character by character was most of this function's time.
+    if not text.isascii():
+        text = unicodedata.normalize("NFKD", text)
+        text = unicodedata.normalize("NFKC", "".join(ch for ch in text if not unicodedata.combining(ch)))
     text = text.replace("\u2019", "'").replace("`", "'")
     text = _WHITESPACE.sub(" ", text).strip(" \t\n\"'.,;:!?()[]{}")
     text = re.sub(r"\s*-\s*", "-", text) if " - " in text else text

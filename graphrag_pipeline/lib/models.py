@@ -92,6 +92,18 @@ class Entity:
 
 
 @dataclass(frozen=True, slots=True)
+class EntityNames:
+    """What a question is linked to an entity by: its names, and how many chunks mention it (a query process reads
+    these for every entity when it starts, and nothing else of them)."""
+
+    entity_id: str
+    name: str
+    canonical: str
+    aliases: tuple[str, ...]
+    mention_count: int
+
+
+@dataclass(frozen=True, slots=True)
 class Relationship:
     relationship_id: str
     source_id: str

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from wordfreq import zipf_frequency
 
 from graphrag_pipeline.lib.ids import is_plain_word, name_variants, normalize_name
-from graphrag_pipeline.lib.models import Entity
+from graphrag_pipeline.lib.models import Entity, EntityNames
 
 _TOKEN = re.compile(r"[\w][\w'’.\-/]*", re.UNICODE)
 _LETTERS = re.compile(r"[^\W\d_]+", re.UNICODE)
@@ -76,7 +76,7 @@ def is_generic_word(phrase: str, corpus: CorpusCase) -> bool:
 
 
 class NameIndex:
-    def __init__(self, entities: Iterable[Entity], corpus: CorpusCase | None = None):
+    def __init__(self, entities: Iterable[Entity | EntityNames], corpus: CorpusCase | None = None):
         self._ids_by_name: dict[str, set[str]] = {}
         self._names_by_id: dict[str, set[str]] = {}  # the other way round, for `names`
         self._corpus = corpus or CorpusCase(())

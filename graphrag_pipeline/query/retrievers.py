@@ -44,7 +44,7 @@ import numpy as np
 from graphrag_pipeline.lib.config import Ontology, RetrievalConfig
 from graphrag_pipeline.lib.fusion import cap_at_origin, rank, reciprocal_rank_fusion, weighted_fusion
 from graphrag_pipeline.lib.ids import subject_key
-from graphrag_pipeline.lib.models import Chunk, Document, Entity, Relationship
+from graphrag_pipeline.lib.models import Chunk, Document, EntityNames, Relationship
 from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES, GraphStore, TraversalHit, VectorStore
 from graphrag_pipeline.query.intent import IntentReader, RelationIntent
@@ -120,12 +120,12 @@ class IndexReader:
 
     @cached_property
     def _entity_lookups(self) -> tuple[NameIndex, dict[str, int]]:
-        """The name index and every entity's mention count, from one read of the entities (not kept: at scale they
-        are the largest thing a query process would hold)."""
-        entities: list[Entity] = []
+        """The name index and every entity's mention count, from one read of the entities' names (reading whole
+        entities took ten times as long, most of a first question's time, and the rest of them is not needed)."""
+        entities: list[EntityNames] = []
         offset = 0
         while True:
-            page = self.graph.list_entities(offset=offset, limit=5000, order_by="name")
+            page = self.graph.list_entity_names(offset=offset, limit=5000)
             entities.extend(page)
             if len(page) < 5000:
                 return NameIndex(entities, self._texts[1]), {e.entity_id: e.mention_count for e in entities}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from graphrag_pipeline.lib.models import Entity, Relationship
+from graphrag_pipeline.lib.models import Entity, EntityNames, Relationship
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.lib.stores.protocols import GraphStore, Neighbourhood, TraversalHit
 from graphrag_pipeline.query.traversal import spread_activation
@@ -517,6 +517,22 @@ def test_listing_pages_and_orders(graph_store: GraphStore) -> None:
     assert [r.relationship_id for r in graph_store.list_relationships(offset=2, limit=5)] == ["e1-RELATED_TO-e3"]
     assert graph_store.all_entity_ids() == {"e1", "e2", "e3", "e4"}
     assert graph_store.all_relationship_ids() == {"e1-RELATED_TO-e2", "e2-RELATED_TO-e3", "e1-RELATED_TO-e3"}
+
+
+def test_entity_names_page_by_id_and_project_the_whole_entities(graph_store: GraphStore) -> None:
+    entities = [entity(f"e{i:02d}", mentions=i, name=f"Name {i}") for i in range(12)]
+    entities.append(Entity("e99", "Ledger Service", "ledger service", "Service", "", 3, ("c1",), ("d1",),
+                           aliases=("ledger", "LedgerSvc")))
+    graph_store.upsert_entities(entities)
+
+    pages = [graph_store.list_entity_names(offset=offset, limit=5) for offset in (0, 5, 10, 15)]
+
+    assert [len(page) for page in pages] == [5, 5, 3, 0]
+    names = [n for page in pages for n in page]
+    assert [n.entity_id for n in names] == sorted(e.entity_id for e in entities)
+    assert names == [EntityNames(e.entity_id, e.name, e.canonical, e.aliases, e.mention_count)
+                     for e in sorted(entities, key=lambda e: e.entity_id)]
+    assert graph_store.list_entity_names(limit=0) == []
 
 
 def test_weighted_edges_sum_parallel_relationships(graph_store: GraphStore) -> None:

@@ -1,6 +1,7 @@
 """Language models over HTTP (OpenAI-compatible servers and Ollama) for extraction, summaries and embeddings.
 
 - ``clients``: chat and embedding clients with timeouts, retries, bounded concurrency and budget checks
+- ``errors``: the errors of model calls (``LLMError`` and its kinds)
 - ``accounting``: calls, cache hits, tokens, cost and the budget cap of one run
 - ``cache``: persistent completion cache, so unchanged content makes no calls on a re-run
 - ``prompts``: prompt templates from package files, placeholders validated at load

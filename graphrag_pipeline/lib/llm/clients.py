@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -44,6 +43,7 @@ import numpy as np
 
 from graphrag_pipeline.lib.config import EmbedderConfig, LLMConfig
 from graphrag_pipeline.lib.llm.accounting import Usage, approximate_tokens
+from graphrag_pipeline.lib.llm.errors import LLMError, LLMRequestRejected, LLMUnavailable
 from graphrag_pipeline.lib.http import RetryPolicy, send_with_retries
 
 log = logging.getLogger(__name__)
@@ -59,32 +59,7 @@ CIRCUIT_BREAKER_THRESHOLD = 5
 # While the breaker is open, one call per this many seconds goes out as a probe; its success closes the breaker (a
 # long-lived process, e.g. a query server embedding questions, recovers once the server is back).
 CIRCUIT_BREAKER_COOLDOWN_SECONDS = 30.0
-# A 400/422 whose body names one of these is taken as the server not supporting structured output.
-_STRUCTURED_OUTPUT_REJECTION = re.compile(r"format|schema", re.IGNORECASE)
 _clock = time.monotonic  # module level so tests can move time forward
-
-
-class LLMError(RuntimeError):
-    """A model call that failed for good: retries exhausted, a request the server rejects, or an unusable reply."""
-
-
-class LLMUnavailable(LLMError):
-    """The server could not be reached or kept failing (connection errors, timeouts, 5xx) through every retry, or the
-    circuit breaker is open because earlier calls did: nothing about the request itself was wrong."""
-
-
-class LLMRequestRejected(LLMError):
-    """The server refused the request itself (a 4xx other than 429): sending it again unchanged cannot help."""
-
-    def __init__(self, message: str, status_code: int, body_excerpt: str):
-        super().__init__(message)
-        self.status_code = status_code
-        self.body_excerpt = body_excerpt
-
-    @property
-    def rejects_structured_output(self) -> bool:
-        """Whether the complaint is about the requested output format (a server without structured output)."""
-        return self.status_code in (400, 422) and bool(_STRUCTURED_OUTPUT_REJECTION.search(self.body_excerpt))
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graphrag_pipeline.lib.config import Ontology
 from graphrag_pipeline.lib.ids import content_hash, normalize_name
-from graphrag_pipeline.lib.llm.clients import LLMError, LLMUnavailable
+from graphrag_pipeline.lib.llm.errors import LLMError, LLMUnavailable
 from graphrag_pipeline.lib.llm.prompts import PromptTemplate, packaged_template
 from graphrag_pipeline.lib.llm.runner import LLMRunner
 from graphrag_pipeline.lib.llm.structured import complete_structured

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from graphrag_pipeline.lib.config import SummariesConfig
 from graphrag_pipeline.lib.llm.accounting import CHARS_PER_TOKEN, approximate_tokens
-from graphrag_pipeline.lib.llm.clients import LLMError
+from graphrag_pipeline.lib.llm.errors import LLMError
 from graphrag_pipeline.lib.llm.prompts import packaged_template
 from graphrag_pipeline.lib.llm.runner import LLMRunner
 from graphrag_pipeline.lib.llm.structured import complete_structured

@@ -30,7 +30,7 @@ from neo4j import Driver, GraphDatabase, ManagedTransaction
 from neo4j.exceptions import ServiceUnavailable, SessionExpired
 
 from graphrag_pipeline.lib.config import IDENTIFIER, Ontology, default_config_data
-from graphrag_pipeline.lib.models import Entity, Relationship
+from graphrag_pipeline.lib.models import Entity, EntityNames, Relationship
 from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, check_page
 
 T = TypeVar("T")
@@ -605,6 +605,20 @@ class Neo4jGraphStore:
             limit=limit,
         )
         return [_entity_from_record(record) for record in records]
+
+    def list_entity_names(self, offset: int = 0, limit: int = 50) -> list[EntityNames]:
+        """A page of entities' names and mention counts, by entity id."""
+        check_page(offset, limit)
+        if limit == 0:
+            return []
+        records = self._query(
+            f"MATCH (e:{ENTITY_LABEL}) RETURN e.entity_id AS entity_id, e.name AS name, e.canonical AS canonical, "
+            "e.aliases AS aliases, e.mention_count AS mention_count ORDER BY e.entity_id SKIP $offset LIMIT $limit",
+            offset=offset,
+            limit=limit,
+        )
+        return [EntityNames(r["entity_id"], r["name"], r["canonical"], tuple(r["aliases"] or ()),
+                            int(r["mention_count"])) for r in records]
 
     def list_relationships(self, offset: int = 0, limit: int = 50) -> list[Relationship]:
         """A page of relationships by weight desc, ties by relationship id."""

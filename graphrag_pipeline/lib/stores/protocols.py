@@ -7,7 +7,7 @@ from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from graphrag_pipeline.lib.models import Entity, Relationship, VectorHit, VectorPoint
+from graphrag_pipeline.lib.models import Entity, EntityNames, Relationship, VectorHit, VectorPoint
 
 # Vector collections every backend holds.
 CHUNKS = "chunks"
@@ -152,6 +152,8 @@ class GraphStore(Protocol):
     def stats(self) -> GraphStats: ...
 
     def list_entities(self, offset: int = 0, limit: int = 50, order_by: str = "mention_count") -> list[Entity]: ...
+
+    def list_entity_names(self, offset: int = 0, limit: int = 50) -> list[EntityNames]: ...  # by entity id
 
     def list_relationships(self, offset: int = 0, limit: int = 50) -> list[Relationship]: ...
 
