@@ -593,45 +593,35 @@ class Neo4jGraphStore:
 
     def list_entities(self, offset: int = 0, limit: int = 50, order_by: str = "mention_count") -> list[Entity]:
         """A page of entities: by mention_count desc then name, or by name (ties by entity id)."""
-        check_page(offset, limit)
         order = _ORDER_ENTITIES.get(order_by)
         if order is None:
             raise ValueError(f"order_by must be one of {sorted(_ORDER_ENTITIES)}, got {order_by!r}")
-        if limit == 0:
-            return []
-        records = self._query(
-            f"MATCH (e:{ENTITY_LABEL}) RETURN {_ENTITY_RETURN} ORDER BY {order} SKIP $offset LIMIT $limit",
-            offset=offset,
-            limit=limit,
-        )
+        records = self._page(f"MATCH (e:{ENTITY_LABEL}) RETURN {_ENTITY_RETURN} ORDER BY {order}", offset, limit)
         return [_entity_from_record(record) for record in records]
 
     def list_entity_names(self, offset: int = 0, limit: int = 50) -> list[EntityNames]:
         """A page of entities' names and mention counts, by entity id."""
-        check_page(offset, limit)
-        if limit == 0:
-            return []
-        records = self._query(
+        records = self._page(
             f"MATCH (e:{ENTITY_LABEL}) RETURN e.entity_id AS entity_id, e.name AS name, e.canonical AS canonical, "
-            "e.aliases AS aliases, e.mention_count AS mention_count ORDER BY e.entity_id SKIP $offset LIMIT $limit",
-            offset=offset,
-            limit=limit,
+            "e.aliases AS aliases, e.mention_count AS mention_count ORDER BY e.entity_id", offset, limit,
         )
         return [EntityNames(r["entity_id"], r["name"], r["canonical"], tuple(r["aliases"] or ()),
                             int(r["mention_count"])) for r in records]
 
     def list_relationships(self, offset: int = 0, limit: int = 50) -> list[Relationship]:
         """A page of relationships by weight desc, ties by relationship id."""
+        records = self._page(
+            f"MATCH (s:{ENTITY_LABEL})-[r]->(t:{ENTITY_LABEL}) RETURN {_RELATIONSHIP_RETURN} "
+            "ORDER BY r.weight DESC, r.relationship_id", offset, limit,
+        )
+        return [_relationship_from_record(record) for record in records]
+
+    def _page(self, ordered_query: str, offset: int, limit: int) -> list[dict[str, Any]]:
+        """One page of a listing's records; ``ordered_query`` is the listing up to its ORDER BY."""
         check_page(offset, limit)
         if limit == 0:
             return []
-        records = self._query(
-            f"MATCH (s:{ENTITY_LABEL})-[r]->(t:{ENTITY_LABEL}) RETURN {_RELATIONSHIP_RETURN} "
-            "ORDER BY r.weight DESC, r.relationship_id SKIP $offset LIMIT $limit",
-            offset=offset,
-            limit=limit,
-        )
-        return [_relationship_from_record(record) for record in records]
+        return self._query(f"{ordered_query} SKIP $offset LIMIT $limit", offset=offset, limit=limit)
 
     def all_entity_ids(self) -> set[str]:
         return set(self._read(lambda tx: tx.run(f"MATCH (e:{ENTITY_LABEL}) RETURN e.entity_id").value()))
