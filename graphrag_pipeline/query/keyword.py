@@ -13,7 +13,6 @@ from collections import Counter
 from collections.abc import Iterable
 
 import numpy as np
-from scipy import sparse
 
 # Lower-case runs of letters and digits, as most BM25 baselines count them; an identifier such as
 # "KubePodCrashLooping" or "payments-api" is kept whole as well as in parts, so the exact spelling scores highest.
@@ -47,6 +46,8 @@ class KeywordIndex:
 
     def __init__(self, texts: Iterable[tuple[str, str]]):
         """``texts``: (item id, text) pairs."""
+        from scipy import sparse  # deferred: importing it costs a query process's start a fifth of a second
+
         self.item_ids: list[str] = []
         vocabulary: dict[str, int] = {}
         rows: list[int] = []

@@ -48,7 +48,7 @@ from graphrag_pipeline.lib.models import Chunk, Document, EntityNames, Relations
 from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES, GraphStore, TraversalHit, VectorStore
 from graphrag_pipeline.query.intent import IntentReader, RelationIntent
-from graphrag_pipeline.query.keyword import KeywordIndex
+from graphrag_pipeline.query.keyword import KeywordIndex, identifiers
 from graphrag_pipeline.query.linking import CorpusCase, NameIndex, NameLink
 from graphrag_pipeline.query.models import Citation, Mode, QueryParameters
 from graphrag_pipeline.query.traversal import spread_activation
@@ -96,7 +96,7 @@ class IndexReader:
 
     def keyword_index(self) -> KeywordIndex:
         with self._lookup_lock:
-            return self._texts[0]
+            return self._keyword_index
 
     def directory(self) -> ChunkDirectory:
         with self._lookup_lock:
@@ -128,19 +128,23 @@ class IndexReader:
             page = self.graph.list_entity_names(offset=offset, limit=5000)
             entities.extend(page)
             if len(page) < 5000:
-                return NameIndex(entities, self._texts[1]), {e.entity_id: e.mention_count for e in entities}
+                return NameIndex(entities, self._corpus_case), {e.entity_id: e.mention_count for e in entities}
             offset += len(page)
 
+    # The two lookups over the chunk texts are built from separate reads: the keyword index is needed only by
+    # keyword scoring and by questions that write an identifier, and it was a third of a first question's time.
     @cached_property
-    def _texts(self) -> tuple[KeywordIndex, CorpusCase]:
-        """The keyword index over chunk texts (with their document's title) and how the corpus writes its words,
-        from one read of the texts."""
+    def _keyword_index(self) -> KeywordIndex:
+        """The keyword index over chunk texts, each with its document's title."""
         rows = self.state.query(
             "SELECT c.chunk_id, d.title, c.text FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
         )
-        return KeywordIndex((chunk_id, f"{title}\n{text}") for chunk_id, title, text in rows), CorpusCase(
-            text for _, _, text in rows
-        )
+        return KeywordIndex((chunk_id, f"{title}\n{text}") for chunk_id, title, text in rows)
+
+    @cached_property
+    def _corpus_case(self) -> CorpusCase:
+        """How the corpus writes its words."""
+        return CorpusCase(text for (text,) in self.state.query("SELECT text FROM chunks"))
 
     @cached_property
     def _directory(self) -> ChunkDirectory:
@@ -296,10 +300,10 @@ class GraphRetriever(VectorRetriever):
         config, graph, timings = self.index.config, self.index.graph, result.timings
 
         started = time.perf_counter()
-        keywords = self.index.keyword_index()
         if config.keyword_weight:  # off by default: scoring every chunk for nothing would be the hot path's cost
-            result.keyword_scores = keywords.scores(question, SCORING_POOL)
-        result.identifier_scores = keywords.identifier_matches(question)
+            result.keyword_scores = self.index.keyword_index().scores(question, SCORING_POOL)
+        if identifiers(question):  # none: nothing to match, and a process's first question need not build the index
+            result.identifier_scores = self.index.keyword_index().identifier_matches(question)
         timings["keyword_search"] = elapsed_ms(started)
 
         started = time.perf_counter()
