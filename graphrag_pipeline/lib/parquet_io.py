@@ -26,7 +26,7 @@ from graphrag_pipeline.lib.models import Chunk, Document
 from graphrag_pipeline.lib.state import StateStore, access_groups_of, extraction_from_json, unpack_payload
 from graphrag_pipeline.lib.stages import STAGES, StageReport
 from graphrag_pipeline.lib.stages.embeddings import chunk_embedding_text
-from graphrag_pipeline.lib.stages.vectors import point_key, same_text
+from graphrag_pipeline.lib.stages.vectors import built_from, text_key
 from graphrag_pipeline.lib.stores.protocols import ENTITIES
 from graphrag_pipeline.lib.workspace import Workspace
 
@@ -225,7 +225,7 @@ def entity_name_vectors(ws: Workspace) -> dict[str, np.ndarray]:
         return {}
     names = {eid: payload["name"] for eid, payload in ws.state.element_payloads("entity").items()}
     booked = ws.state.indexed_points(ENTITIES)
-    current = [eid for eid, name in names.items() if same_text(booked.get(eid), point_key(ws.embedder.name, name, {}))]
+    current = [eid for eid, name in names.items() if built_from(booked.get(eid), text_key(ws.embedder.name, name))]
     return {content_hash(names[eid]): vector for eid, vector in ws.vector_store.vectors(ENTITIES, current).items()}
 
 

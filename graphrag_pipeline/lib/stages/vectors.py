@@ -62,15 +62,21 @@ def reconcile_collection(ws: Workspace, collection: str, report: StageReport) ->
     return {booked[pid] for pid in lost}
 
 
+def text_key(model: str, text: str) -> str:
+    """What a point's vector was computed from: the model and the text."""
+    return content_hash(model, text)[:32]
+
+
 def point_key(model: str, text: str, payload: dict[str, Any]) -> str:
-    """What a point was built from, as booked in ``indexed_points``: the hash of the model and its text, then its
-    payload's, so a point whose payload alone changed is seen to keep its vector."""
-    return f"{content_hash(model, text)[:32]}:{content_hash(json.dumps(payload, sort_keys=True))[:32]}"
+    """What a point was built from, as booked in ``indexed_points``: its ``text_key``, then its payload's hash, so a
+    point whose payload alone changed is seen to keep its vector."""
+    return f"{text_key(model, text)}:{content_hash(json.dumps(payload, sort_keys=True))[:32]}"
 
 
-def same_text(booked: str | None, key: str) -> bool:
-    """Whether a booked key (None, ``UNSYNCED`` or one written before keys had two parts: never) has ``key``'s text."""
-    return booked is not None and ":" in booked and booked.split(":", 1)[0] == key.split(":", 1)[0]
+def built_from(booked: str | None, text: str) -> bool:
+    """Whether a booked point key has this ``text_key`` (never for None, ``UNSYNCED`` or a key from before keys had
+    two parts)."""
+    return booked is not None and booked.partition(":")[0] == text and ":" in booked
 
 
 def sync_points(
@@ -100,7 +106,8 @@ def sync_points(
     progress = ws.progress(report.stage, f"embed {collection}", len(stale))
     for start in range(0, len(stale), EMBEDDING_BATCH):
         batch = stale[start : start + EMBEDDING_BATCH]
-        kept = ws.vector_store.vectors(collection, [pid for pid in batch if same_text(indexed.get(pid), keys[pid])])
+        same_text = [pid for pid in batch if built_from(indexed.get(pid), keys[pid].partition(":")[0])]
+        kept = ws.vector_store.vectors(collection, same_text) if same_text else {}  # a first build has none
         report.counts["vectors_kept"] += len(kept)
         to_compute = [pid for pid in batch if pid not in kept]
         computed = {}

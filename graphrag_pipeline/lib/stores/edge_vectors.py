@@ -38,9 +38,10 @@ exclusive lock (readers still copying it); once ``CURRENT`` has switched, no rea
 any other version, and every version but the current one is deleted (under ``publish.lock``, after ``read.lock`` is
 released so new readers need not wait for the deletion). There is no older version to roll back to.
 
-Disk: Edge preallocates its files (32 MiB per vector chunk and payload page, and per WAL file where there is one) but leaves them sparse, so a
-three-point collection has about 138 MB of apparent size in a few hundred KB of blocks. Every copy (publish and reader)
-therefore preserves the holes (``_copy_sparse``); a plain ``shutil.copytree`` would allocate all 138 MB per copy.
+Disk: Edge preallocates its files (32 MiB per vector chunk and payload page, and per WAL file where there is one)
+but leaves them sparse, so a three-point collection has about 138 MB of apparent size in a few hundred KB of blocks.
+Every copy (publish and reader) therefore preserves the holes (``_copy_sparse``); a plain ``shutil.copytree`` would
+allocate all 138 MB per copy.
 
 Point ids are the pipeline's string ids mapped to UUIDs (Qdrant accepts only UUIDs and integers); the original id is
 kept in the payload under ``_id`` and removed again from returned payloads.

@@ -450,7 +450,8 @@ class EmbeddedGraphStore:
     def list_entity_names(self, offset: int = 0, limit: int = 50) -> list[EntityNames]:
         """A page of entities' names and mention counts, by entity id (a tenth of the time of whole entities)."""
         check_page(offset, limit)
-        sql = "SELECT entity_id, name, canonical, aliases, mention_count FROM entities ORDER BY entity_id LIMIT ? OFFSET ?"
+        sql = ("SELECT entity_id, name, canonical, aliases, mention_count FROM entities "
+               "ORDER BY entity_id LIMIT ? OFFSET ?")
         return [EntityNames(row[0], row[1], row[2], _load(row[3]), row[4]) for row in self._query(sql, (limit, offset))]
 
     def list_relationships(self, offset: int = 0, limit: int = 50) -> list[Relationship]:
