@@ -30,7 +30,7 @@ from graphrag_pipeline.lib.stores.edge_vectors import (
     EdgeVectorStore,
     _copy_sparse,
 )
-from graphrag_pipeline.lib.stores.protocols import VectorStore
+from graphrag_pipeline.lib.stores.protocols import SCORE_TOLERANCE, VectorStore
 from graphrag_pipeline.lib.stores.vector_points import VECTOR_NAME
 from graphrag_pipeline.lib.stores.qdrant_vectors import QdrantVectorStore
 
@@ -111,7 +111,7 @@ def test_search_returns_nearest_first_with_cosine_scores(vector_store: VectorSto
     hits = vector_store.search("chunks", query, limit=3)
 
     assert [hit.point_id for hit in hits] == ["chunk-a", "chunk-b", "chunk-c"]
-    assert [hit.score for hit in hits] == pytest.approx([unit[0], 0.8 * unit[0] + 0.6 * unit[1], unit[1]], abs=1e-5)
+    assert [hit.score for hit in hits] == pytest.approx([unit[0], 0.8 * unit[0] + 0.6 * unit[1], unit[1]], abs=SCORE_TOLERANCE)
     assert hits[0].payload == {"doc_ids": ["doc-1"], "kind": "chunk", "text": "alpha"}
 
 
@@ -122,7 +122,7 @@ def test_numpy_vectors_are_accepted_for_points_and_queries(vector_store: VectorS
     hits = vector_store.search("chunks", np.array([0.0, 0.0, 1.0, 0.0], dtype=np.float32), limit=1)
 
     assert hits[0].point_id == "p"
-    assert hits[0].score == pytest.approx(0.8, abs=1e-5)
+    assert hits[0].score == pytest.approx(0.8, abs=SCORE_TOLERANCE)
 
 
 def test_upserting_the_same_ids_again_replaces_instead_of_duplicating(vector_store: VectorStore) -> None:
@@ -136,7 +136,7 @@ def test_upserting_the_same_ids_again_replaces_instead_of_duplicating(vector_sto
     assert {hit.point_id for hit in hits} == {"chunk-a", "chunk-c"}
     updated = next(hit for hit in hits if hit.point_id == "chunk-a")
     assert updated.payload == {"doc_ids": ["doc-9"], "kind": "chunk", "text": "new"}
-    assert updated.score == pytest.approx(1.0, abs=1e-5)
+    assert updated.score == pytest.approx(1.0, abs=SCORE_TOLERANCE)
 
 
 def test_upserting_the_same_points_twice_leaves_identical_counts_and_results(vector_store: VectorStore) -> None:
@@ -251,7 +251,7 @@ def test_vectors_returns_the_stored_vector_of_each_existing_point_past_one_batch
 
     assert set(found) == set(stored)
     for point_id, vector in stored.items():  # cosine collections keep the unit vector
-        np.testing.assert_allclose(found[point_id], vector / np.linalg.norm(vector), atol=1e-6)
+        np.testing.assert_allclose(found[point_id], vector / np.linalg.norm(vector), atol=SCORE_TOLERANCE)
     assert vector_store.vectors("chunks", []) == {}
 
 
@@ -556,6 +556,7 @@ def test_new_shards_have_no_write_ahead_log_and_a_writer_killed_after_upsert_los
     store = edge_store(tmp_path)
     shard_dir = tmp_path / "vectors" / "collections" / "chunks" / "shard"
     assert not (shard_dir / "wal").exists()
+    assert json.loads((shard_dir / "edge_config.json").read_text())["vectors"][VECTOR_NAME]["datatype"] == "float16"
     killed_writer = """
         import json, os, sys
         from graphrag_pipeline.lib.models import VectorPoint
@@ -572,10 +573,13 @@ def test_new_shards_have_no_write_ahead_log_and_a_writer_killed_after_upsert_los
     store.publish()
     with EdgeVectorReader(tmp_path / "vectors", scratch_dir=tmp_path) as reader:
         assert not list((tmp_path / "vectors" / "published").glob("*/chunks/wal"))
-        assert reader.search("chunks", (1.0, 50.0, 0.0, 0.0), limit=1)[0].point_id == "k-49"
+        assert reader.point_ids("chunks") == {f"k-{i}" for i in range(50)} - {"k-7"}
+        last = np.array([1.0, 50.0, 0.0, 0.0])
+        np.testing.assert_allclose(reader.vectors("chunks", ["k-49"])["k-49"], last / np.linalg.norm(last),
+                                   atol=SCORE_TOLERANCE)
 
 
-def test_a_shard_created_with_a_write_ahead_log_by_an_earlier_version_is_still_written_and_published(
+def test_a_float32_shard_with_a_write_ahead_log_from_an_earlier_version_is_still_written_and_published(
     tmp_path: Path,
 ) -> None:
     shard_dir = tmp_path / "vectors" / "collections" / "chunks" / "shard"
@@ -590,3 +594,5 @@ def test_a_shard_created_with_a_write_ahead_log_by_an_earlier_version_is_still_w
     store.upsert("chunks", [points[0]])  # restored from the published copy, WAL and all, then written again
 
     assert store.point_ids("chunks") == {p.point_id for p in points}
+    ent_y = store.vectors("chunks", ["ent-y"])["ent-y"]  # (0, 0, 0.6, 0.8): float16 would round 0.6 by 1e-4
+    np.testing.assert_array_equal(ent_y, np.array([0.0, 0.0, 0.6, 0.8], dtype=np.float32))

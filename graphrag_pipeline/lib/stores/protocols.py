@@ -33,9 +33,17 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...  # shape (len(texts), dimension), float32, unit norm
 
 
+# float16 keeps each component of a unit vector to 2**-11 of its size, so a cosine of two unit vectors to 2**-11.
+SCORE_TOLERANCE = 2**-11
+
+
 @runtime_checkable
 class VectorStore(Protocol):
-    """Named collections of vectors with JSON payloads; point ids are the pipeline's own string ids."""
+    """Named collections of vectors with JSON payloads; point ids are the pipeline's own string ids.
+
+    Scores are cosine similarities. A store may keep vectors at half precision (the embedded store does), so a score
+    is exact only to ``SCORE_TOLERANCE``, and ``vectors`` returns what was stored, not what was given.
+    """
 
     def ensure_collection(self, collection: str, dimension: int) -> None: ...
 
