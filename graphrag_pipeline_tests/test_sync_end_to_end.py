@@ -19,6 +19,7 @@ from graphrag_pipeline.lib.extraction import OfflineExtractor
 from graphrag_pipeline.lib.ids import stable_shard
 from graphrag_pipeline.lib.stages import build_everything
 from graphrag_pipeline.lib.stages.report import StageReport
+from graphrag_pipeline.lib.stages import vectors
 from graphrag_pipeline.lib.stages.vectors import GLOBAL_SHARD, sync_points
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES
 from graphrag_pipeline.lib.workspace import Workspace
@@ -186,3 +187,23 @@ def test_a_point_whose_payload_alone_changed_keeps_its_vector_and_uncached_texts
         assert ws.vector_store.vectors(ENTITIES, ["e1"])["e1"].tolist() == stored.tolist()
         assert ws.vector_store.search(ENTITIES, stored, 1)[0].payload["doc_ids"] == ["a", "b"]
         assert ws.state.query("SELECT COUNT(*) FROM embedding_cache") == [(0,)]
+
+
+def test_texts_are_embedded_in_rounds_of_about_one_length(tmp_path, monkeypatch):
+    """Each round sent to the embedder is a run of the length order, not of the id order: a round that mixed
+    one-word names with long passages would pad every batch to its longest text."""
+    monkeypatch.setattr(vectors, "EMBEDDING_BATCH", 3)
+    (tmp_path / "corpus").mkdir()
+    embedder = CountingEmbedder()
+    rounds: list[list[str]] = []
+    monkeypatch.setattr(embedder, "embed",
+                        lambda texts: rounds.append(list(texts)) or LocalEmbedder.embed(embedder, texts))
+    texts = ["pod", "crash looping pods", "node", "a disk filling up on a node", "etcd", "cpu throttling high", "kubelet"]
+    with Workspace(folder_settings(tmp_path / "index", tmp_path / "corpus"), embedder=embedder) as ws:
+        # Ids in the reverse of the length order, so the id order and the length order disagree everywhere.
+        wanted = {f"e{len(texts) - rank}": (GLOBAL_SHARD, text, {"doc_ids": ["a"]})
+                  for rank, text in enumerate(sorted(texts, key=len))}
+        sync_points(ws, ENTITIES, wanted, None, StageReport("test"), cache_new_texts=False)
+
+    by_length = [wanted[pid][1] for pid in sorted(wanted, key=lambda pid: (len(wanted[pid][1]), pid))]
+    assert rounds == [by_length[0:3], by_length[3:6], by_length[6:7]]

@@ -101,7 +101,11 @@ def sync_points(
     reconcile_collection(ws, collection, report)
     indexed = ws.state.indexed_points(collection, shards)
     keys = {pid: point_key(ws.embedder.name, text, payload) for pid, (_, text, payload) in wanted.items()}
-    stale = sorted(pid for pid, key in keys.items() if indexed.get(pid) != key)
+    # Rounds of texts of about one length (in characters, then id): the embedder sorts each round's texts by tokens
+    # and pads a batch to its longest, so rounds cut from the whole length order pad far less than rounds in id
+    # order, whose every batch mixes one-line passages with full chunks.
+    stale = sorted((pid for pid, key in keys.items() if indexed.get(pid) != key),
+                   key=lambda pid: (len(wanted[pid][1]), pid))
     removed = sorted(set(indexed) - set(wanted))
     progress = ws.progress(report.stage, f"embed {collection}", len(stale))
     for start in range(0, len(stale), EMBEDDING_BATCH):
