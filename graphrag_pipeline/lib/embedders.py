@@ -118,13 +118,17 @@ class LocalEmbedder:
 def configured_embedder(settings: PipelineSettings, *, query: bool, usage=None):
     """The embedder ``settings.embedder.provider`` names: the offline model, or Ollama / an OpenAI-compatible server
     (whose calls are counted in ``usage``). ``query`` is for question-at-a-time processes: the offline model runs on
-    NumPy there (``embedder.query_runtime``), or on torch with ``query_threads``."""
+    ONNX Runtime or NumPy there (``embedder.query_runtime``), or on torch with ``query_threads``."""
     config = settings.embedder
-    if config.provider == "local" and query and config.query_runtime == "numpy":
+    if config.provider == "local" and query and config.query_runtime != "torch":
         from graphrag_pipeline.lib.numpy_encoder import NumpyEmbedder, is_mean_pooled_bert
 
         model_dir = Path(config.model_path) if config.model_path else bundled_model_path()
         if is_mean_pooled_bert(model_dir):  # other architectures are left to torch
+            if config.query_runtime == "onnx":
+                from graphrag_pipeline.lib.onnx_encoder import OnnxEmbedder
+
+                return OnnxEmbedder(str(model_dir), config)
             return NumpyEmbedder(str(model_dir), config)
     if config.provider == "local":
         return LocalEmbedder(config, threads=config.query_threads if query else config.threads)

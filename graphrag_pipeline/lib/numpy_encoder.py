@@ -1,5 +1,6 @@
-"""A sentence-transformers BERT model (mean pooling, unit norm) evaluated with NumPy: the question embedder of a
-query process, which then never imports torch.
+"""A sentence-transformers BERT model (mean pooling, unit norm) evaluated with NumPy: a question embedder of a query
+process, which then never imports torch (``embedder.query_runtime: numpy``; the default runtime, ONNX Runtime in
+``onnx_encoder``, builds its graph from the weights read here).
 
 Importing torch and sentence-transformers costs seconds, more than a whole query: a process that embeds one
 question at a time needs neither. This reads the same `model.safetensors` and `tokenizer.json` the build's model
@@ -20,7 +21,7 @@ import numpy as np
 
 from graphrag_pipeline.lib.config import EmbedderConfig
 
-_BERT_WEIGHTS: dict[str, "_BertWeights"] = {}
+_BERT_WEIGHTS: dict[str, "BertWeights"] = {}
 _BERT_WEIGHTS_LOCK = threading.Lock()
 
 
@@ -45,7 +46,7 @@ def is_mean_pooled_bert(model_dir: Path) -> bool:
             and (model_dir / "model.safetensors").is_file() and (model_dir / "tokenizer.json").is_file())
 
 
-class _BertWeights:
+class BertWeights:
     def __init__(self, model_dir: Path):
         from safetensors.numpy import load_file
 
@@ -86,7 +87,7 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return x / x.sum(-1, keepdims=True)
 
 
-def encode(weights: _BertWeights, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+def encode(weights: BertWeights, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Unit-norm sentence vectors for token ids ``ids`` (batch, length) with attention ``mask`` (1 for real tokens)."""
     w = weights
     batch, length = ids.shape
@@ -144,11 +145,11 @@ class NumpyEmbedder:
         return f"local/{self._model_dir.name if self._config.model_path else 'all-MiniLM-L6-v2'}"
 
     @cached_property
-    def _weights(self) -> _BertWeights:
+    def _weights(self) -> BertWeights:
         key = str(self._model_dir)
         with _BERT_WEIGHTS_LOCK:
             if key not in _BERT_WEIGHTS:
-                _BERT_WEIGHTS[key] = _BertWeights(self._model_dir)
+                _BERT_WEIGHTS[key] = BertWeights(self._model_dir)
             return _BERT_WEIGHTS[key]
 
     def _load_tokenizer(self):
@@ -201,9 +202,11 @@ class NumpyEmbedder:
                 tokens = encodings[i].ids
                 ids[row, : len(tokens)] = tokens
                 mask[row, : len(tokens)] = 1
-            if self._threads is None:
-                vectors[members] = encode(self._weights, ids, mask)
-            else:
-                with _blas_threads().limit(limits=self._threads, user_api="blas"):
-                    vectors[members] = encode(self._weights, ids, mask)
+            vectors[members] = self._encode(ids, mask)
         return vectors
+
+    def _encode(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        if self._threads is None:
+            return encode(self._weights, ids, mask)
+        with _blas_threads().limit(limits=self._threads, user_api="blas"):
+            return encode(self._weights, ids, mask)

@@ -1,5 +1,5 @@
-"""The question embedder of query processes: the offline model evaluated with NumPy must be the torch model's
-function (same vectors, same rankings) without importing torch."""
+"""The question embedders of query processes: the offline model evaluated with ONNX Runtime (the default) or NumPy
+must be the torch model's function (same vectors, same rankings) without importing torch."""
 
 import json
 import subprocess
@@ -11,6 +11,7 @@ import pytest
 from graphrag_pipeline.lib.config import EmbedderConfig, load_settings
 from graphrag_pipeline.lib.embedders import LocalEmbedder, bundled_model_path, configured_embedder
 from graphrag_pipeline.lib.numpy_encoder import NumpyEmbedder
+from graphrag_pipeline.lib.onnx_encoder import OnnxEmbedder
 from graphrag_pipeline.query import open_index
 from graphrag_pipeline_tests.cli_process import cli_env
 
@@ -31,18 +32,18 @@ QUESTIONS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def both():
-    return NumpyEmbedder(str(bundled_model_path()), EmbedderConfig(batch_size=3)), LocalEmbedder()
+@pytest.fixture(scope="module", params=[NumpyEmbedder, OnnxEmbedder], ids=["numpy", "onnx"])
+def both(request):
+    return request.param(str(bundled_model_path()), EmbedderConfig(batch_size=3)), LocalEmbedder()
 
 
 def test_vectors_equal_the_torch_models_across_padding_truncation_and_unicode(both):
-    numpy_embedder, torch_embedder = both
-    by_numpy = numpy_embedder.embed(TEXTS)  # batches of 3 mix lengths, so padding is exercised
+    question_embedder, torch_embedder = both
+    by_runtime = question_embedder.embed(TEXTS)  # batches of 3 mix lengths, so padding is exercised
     by_torch = torch_embedder.embed(TEXTS)
-    assert by_numpy.dtype == np.float32 and by_numpy.shape == by_torch.shape
-    np.testing.assert_allclose(by_numpy, by_torch, atol=2e-5)
-    np.testing.assert_allclose(numpy_embedder.embed(TEXTS[:1])[0], by_numpy[0], atol=1e-6)  # alone = in a batch
+    assert by_runtime.dtype == np.float32 and by_runtime.shape == by_torch.shape
+    np.testing.assert_allclose(by_runtime, by_torch, atol=2e-5)
+    np.testing.assert_allclose(question_embedder.embed(TEXTS[:1])[0], by_runtime[0], atol=1e-6)  # alone = in a batch
 
 
 def test_the_torch_embedder_batches_by_token_length_and_answers_in_the_callers_order():
@@ -54,16 +55,19 @@ def test_the_torch_embedder_batches_by_token_length_and_answers_in_the_callers_o
 
 
 def test_it_describes_itself_as_the_torch_embedder_does(both):
-    numpy_embedder, torch_embedder = both
-    assert numpy_embedder.name == torch_embedder.name  # an index built by one is queried by the other
-    assert (numpy_embedder.dimension, numpy_embedder.max_tokens) == (torch_embedder.dimension, torch_embedder.max_tokens)
-    assert [numpy_embedder.count_tokens(t) for t in TEXTS] == [torch_embedder.count_tokens(t) for t in TEXTS]
-    assert numpy_embedder.embed([]).shape == (0, torch_embedder.dimension)
+    question_embedder, torch_embedder = both
+    assert question_embedder.name == torch_embedder.name  # an index built by one is queried by the other
+    assert ((question_embedder.dimension, question_embedder.max_tokens)
+            == (torch_embedder.dimension, torch_embedder.max_tokens))
+    assert [question_embedder.count_tokens(t) for t in TEXTS] == [torch_embedder.count_tokens(t) for t in TEXTS]
+    assert question_embedder.embed([]).shape == (0, torch_embedder.dimension)
 
 
-def test_query_processes_get_numpy_builds_and_other_architectures_get_torch(tmp_path):
+def test_query_processes_get_onnx_builds_and_other_architectures_get_torch(tmp_path):
     settings = load_settings(index_dir=str(tmp_path / "index"))
-    assert isinstance(configured_embedder(settings, query=True), NumpyEmbedder)
+    assert type(configured_embedder(settings, query=True)) is OnnxEmbedder
+    assert type(configured_embedder(settings.with_overrides(embedder={"query_runtime": "numpy"}), query=True)) \
+        is NumpyEmbedder
     assert isinstance(configured_embedder(settings, query=False), LocalEmbedder)
     chosen_torch = settings.with_overrides(embedder={"query_runtime": "torch"})
     assert isinstance(configured_embedder(chosen_torch, query=True), LocalEmbedder)
@@ -82,19 +86,23 @@ from graphrag_pipeline.query import open_index
 settings = PipelineSettings.model_validate_json(sys.stdin.read())
 with open_index(settings=settings) as index:
     answers = [[(r.doc_id, r.combined_score) for r in index.query(q).results] for q in json.loads(sys.argv[1])]
-print(json.dumps({"answers": answers, "torch_imported": "torch" in sys.modules}))
+print(json.dumps({"answers": answers, "torch_imported": "torch" in sys.modules,
+                  "onnxruntime_imported": "onnxruntime" in sys.modules}))
 """
 
 
-def test_a_query_process_answers_without_torch_and_ranks_as_the_torch_runtime(sample_settings, tmp_path):
+@pytest.mark.parametrize("runtime", ["onnx", "numpy"])
+def test_a_query_process_answers_without_torch_and_ranks_as_the_torch_runtime(sample_settings, tmp_path, runtime):
+    settings = sample_settings.with_overrides(embedder={"query_runtime": runtime})
     process = subprocess.run([sys.executable, "-c", _QUERY_PROCESS, json.dumps(QUESTIONS)],
-                             input=sample_settings.model_dump_json(), cwd=tmp_path, env=cli_env(),
+                             input=settings.model_dump_json(), cwd=tmp_path, env=cli_env(),
                              capture_output=True, text=True, timeout=300)
     assert process.returncode == 0, process.stderr
     answered = json.loads(process.stdout)
     assert answered["torch_imported"] is False
+    assert answered["onnxruntime_imported"] is (runtime == "onnx")
     with open_index(settings=sample_settings.with_overrides(embedder={"query_runtime": "torch"})) as index:
         by_torch = [[(r.doc_id, r.combined_score) for r in index.query(q).results] for q in QUESTIONS]
-    for numpy_answer, torch_answer in zip(answered["answers"], by_torch):
-        assert [doc for doc, _ in numpy_answer] == [doc for doc, _ in torch_answer]
-        np.testing.assert_allclose([s for _, s in numpy_answer], [s for _, s in torch_answer], atol=1e-4)
+    for runtime_answer, torch_answer in zip(answered["answers"], by_torch):
+        assert [doc for doc, _ in runtime_answer] == [doc for doc, _ in torch_answer]
+        np.testing.assert_allclose([s for _, s in runtime_answer], [s for _, s in torch_answer], atol=1e-4)
