@@ -190,20 +190,25 @@ def test_a_point_whose_payload_alone_changed_keeps_its_vector_and_uncached_texts
 
 
 def test_texts_are_embedded_in_rounds_of_about_one_length(tmp_path, monkeypatch):
-    """Each round sent to the embedder is a run of the length order, not of the id order: a round that mixed
-    one-word names with long passages would pad every batch to its longest text."""
+    """Each round sent to the embedder is a run of the length order, not of the id order (a round that mixed
+    one-word names with long passages would pad every batch to its longest text), and holds EMBEDDING_BATCH distinct
+    texts however many points share them."""
     monkeypatch.setattr(vectors, "EMBEDDING_BATCH", 3)
     (tmp_path / "corpus").mkdir()
     embedder = CountingEmbedder()
     rounds: list[list[str]] = []
     monkeypatch.setattr(embedder, "embed",
                         lambda texts: rounds.append(list(texts)) or LocalEmbedder.embed(embedder, texts))
-    texts = ["pod", "crash looping pods", "node", "a disk filling up on a node", "etcd", "cpu throttling high", "kubelet"]
+    texts = ["pod", "crash looping pods", "node", "a disk filling up on a node", "etcd", "cpu throttling high",
+             "kubelet"]
     with Workspace(folder_settings(tmp_path / "index", tmp_path / "corpus"), embedder=embedder) as ws:
-        # Ids in the reverse of the length order, so the id order and the length order disagree everywhere.
-        wanted = {f"e{len(texts) - rank}": (GLOBAL_SHARD, text, {"doc_ids": ["a"]})
-                  for rank, text in enumerate(sorted(texts, key=len))}
-        sync_points(ws, ENTITIES, wanted, None, StageReport("test"), cache_new_texts=False)
+        # Ids in the reverse of the length order, so the id order and the length order disagree everywhere; every
+        # text keys three points, as copies of one passage would.
+        wanted = {f"e{len(texts) - rank}.{copy}": (GLOBAL_SHARD, text, {"doc_ids": ["a"]})
+                  for rank, text in enumerate(sorted(texts, key=len)) for copy in range(3)}
+        report = StageReport("test")
+        sync_points(ws, ENTITIES, wanted, None, report, cache_new_texts=False)
+        assert report.counts["entities_upserted"] == 21 and ws.vector_store.count(ENTITIES) == 21
 
-    by_length = [wanted[pid][1] for pid in sorted(wanted, key=lambda pid: (len(wanted[pid][1]), pid))]
+    by_length = sorted(texts, key=lambda text: (len(text), text))
     assert rounds == [by_length[0:3], by_length[3:6], by_length[6:7]]

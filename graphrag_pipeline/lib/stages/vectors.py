@@ -79,6 +79,25 @@ def built_from(booked: str | None, text: str) -> bool:
     return booked is not None and booked.partition(":")[0] == text and ":" in booked
 
 
+def embedding_rounds(point_ids: Sequence[str], text_of: Callable[[str], str]) -> list[list[str]]:
+    """The points in rounds of ``EMBEDDING_BATCH`` distinct texts, cut from the order of the texts' lengths (in
+    characters; then text, then id). The embedder sorts a call's texts by tokens and pads each batch to its longest,
+    so rounds of about one length pad far less than rounds in id order, whose every batch mixed one-line passages
+    with full chunks; and points that share a text share a round, so a round embeds a full call's worth of texts
+    however many points repeat them."""
+    ordered = sorted(point_ids, key=lambda pid: (len(text_of(pid)), text_of(pid), pid))
+    rounds: list[list[str]] = []
+    texts: set[str] = set()
+    for pid in ordered:
+        text = text_of(pid)
+        if not rounds or (text not in texts and len(texts) == EMBEDDING_BATCH):
+            rounds.append([])
+            texts = set()
+        rounds[-1].append(pid)
+        texts.add(text)
+    return rounds
+
+
 def sync_points(
     ws: Workspace,
     collection: str,
@@ -101,15 +120,10 @@ def sync_points(
     reconcile_collection(ws, collection, report)
     indexed = ws.state.indexed_points(collection, shards)
     keys = {pid: point_key(ws.embedder.name, text, payload) for pid, (_, text, payload) in wanted.items()}
-    # Rounds of texts of about one length (in characters, then id): the embedder sorts each round's texts by tokens
-    # and pads a batch to its longest, so rounds cut from the whole length order pad far less than rounds in id
-    # order, whose every batch mixes one-line passages with full chunks.
-    stale = sorted((pid for pid, key in keys.items() if indexed.get(pid) != key),
-                   key=lambda pid: (len(wanted[pid][1]), pid))
+    stale = [pid for pid, key in keys.items() if indexed.get(pid) != key]
     removed = sorted(set(indexed) - set(wanted))
     progress = ws.progress(report.stage, f"embed {collection}", len(stale))
-    for start in range(0, len(stale), EMBEDDING_BATCH):
-        batch = stale[start : start + EMBEDDING_BATCH]
+    for batch in embedding_rounds(stale, lambda pid: wanted[pid][1]):
         same_text = [pid for pid in batch if built_from(indexed.get(pid), keys[pid].partition(":")[0])]
         kept = ws.vector_store.vectors(collection, same_text) if same_text else {}  # a first build has none
         report.counts["vectors_kept"] += len(kept)
