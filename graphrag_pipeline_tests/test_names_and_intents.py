@@ -146,6 +146,18 @@ def test_corpus_case_counts_every_occurrence_by_its_folded_spelling():
     assert corpus.lowercase_share("absent") is None
 
 
+def test_an_entity_is_named_by_its_names_canonical_name_and_aliases_each_in_every_spelling():
+    # A canonical name that is not the name's key (an alias rule mapped "K8s" onto the cluster's node) is indexed
+    # in its own right, as are the aliases; the name's key is worked out once.
+    index = NameIndex([Entity("e1", "K8s", "kubernetes cluster", "TECHNOLOGY", "", 1, (), (), ("KubeCluster",)),
+                       Entity("e2", "Ledger Service", "ledger service", "Service", "", 1, (), (), ())])
+    named = index.names(["e1", "e2"])
+    expected_e1 = {*name_variants("K8s"), *name_variants("kubernetes cluster"), *name_variants("KubeCluster")}
+    assert {key for key, ids in named.items() if ids == {"e1"}} == expected_e1
+    assert {key for key, ids in named.items() if ids == {"e2"}} == name_variants("Ledger Service")
+    assert "kubernetes-cluster" in expected_e1 and "kubecluster" in expected_e1
+
+
 def test_names_of_entities_are_every_key_naming_them_with_only_the_entities_asked_for():
     def entity(entity_id: str, name: str, aliases: tuple[str, ...] = ()) -> Entity:
         return Entity(entity_id, name, name.lower(), "Service", "", 1, (), (), aliases)

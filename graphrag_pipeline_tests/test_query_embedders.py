@@ -4,6 +4,7 @@ must be the torch model's function (same vectors, same rankings) without importi
 import json
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -106,3 +107,13 @@ def test_a_query_process_answers_without_torch_and_ranks_as_the_torch_runtime(sa
     for runtime_answer, torch_answer in zip(answered["answers"], by_torch):
         assert [doc for doc, _ in runtime_answer] == [doc for doc, _ in torch_answer]
         np.testing.assert_allclose([s for _, s in runtime_answer], [s for _, s in torch_answer], atol=1e-4)
+
+
+def test_open_index_loads_the_question_embedder_beside_the_first_questions_other_work(sample_settings):
+    with open_index(settings=sample_settings) as index:
+        preparing = [t for t in threading.enumerate() if t.name == "prepare-question-embedder"]
+        for thread in preparing:
+            thread.join(timeout=120)
+        assert type(index.embedder) is OnnxEmbedder
+        assert index.embedder._inference_session is not None  # loaded before any question was asked
+        assert index.query("What to do when a pod is crash looping?").results

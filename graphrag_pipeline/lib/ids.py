@@ -57,7 +57,11 @@ def normalize_name(name: str) -> str:
 def name_variants(name: str) -> set[str]:
     """The normalized spellings one name takes in text: as written, and with its words joined by spaces, by hyphens
     or not at all ("payments-api", "payments api", "paymentsapi"; CamelCase is split by ``normalize_name``)."""
-    key = normalize_name(name)
+    return key_variants(normalize_name(name))
+
+
+def key_variants(key: str) -> set[str]:
+    """``name_variants`` of a name whose ``normalize_name`` key is ``key``."""
     words = re.split(r"[\s_\-]+", key)
     if len(words) == 1:
         return {key} if key else set()

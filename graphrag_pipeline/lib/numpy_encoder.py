@@ -173,6 +173,11 @@ class NumpyEmbedder:
         tokenizer.no_truncation()
         return tokenizer
 
+    def prepare(self) -> None:
+        """Load what the first embedding needs, so that a query process can do it beside the rest of its first
+        question's work (``query.open_index`` calls this in a thread of its own)."""
+        self._tokenizer  # noqa: B018 (loads the weights too, for the model's window)
+
     @property
     def dimension(self) -> int:
         return int(self._weights["embeddings.word_embeddings.weight"].shape[1])

@@ -12,8 +12,6 @@ The token lookup stays in NumPy, so the graph holds only the encoder's weights.
 from __future__ import annotations
 
 import threading
-from functools import cached_property
-
 import numpy as np
 
 from graphrag_pipeline.lib.config import EmbedderConfig
@@ -113,24 +111,32 @@ class OnnxEmbedder(NumpyEmbedder):
     def __init__(self, model_path: str, config: EmbedderConfig):
         super().__init__(model_path, config)
         self._session_lock = threading.Lock()
+        self._inference_session = None
 
-    @cached_property
+    def prepare(self) -> None:
+        super().prepare()
+        self._session()
+
     def _session(self):
-        import onnxruntime
-
-        options = onnxruntime.SessionOptions()
-        # One question is a tiny input: more threads only wait on each other (query_threads, as for the other
-        # runtimes); None leaves ONNX Runtime its default, one per core.
-        if self._threads is not None:
-            options.intra_op_num_threads = self._threads
-            options.inter_op_num_threads = 1
+        # Under a lock, not a cached_property: ``prepare`` may be building it in another thread when the first
+        # question arrives, and a second session would cost as much again.
         with self._session_lock:
-            return onnxruntime.InferenceSession(bert_graph(self._weights).SerializeToString(), options,
-                                                providers=["CPUExecutionProvider"])
+            if self._inference_session is None:
+                import onnxruntime
+
+                options = onnxruntime.SessionOptions()
+                # One question is a tiny input: more threads only wait on each other (query_threads, as for the
+                # other runtimes); None leaves ONNX Runtime its default, one per core.
+                if self._threads is not None:
+                    options.intra_op_num_threads = self._threads
+                    options.inter_op_num_threads = 1
+                self._inference_session = onnxruntime.InferenceSession(
+                    bert_graph(self._weights).SerializeToString(), options, providers=["CPUExecutionProvider"])
+            return self._inference_session
 
     def _encode(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         w = self._weights
         embedded = (w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:ids.shape[1]]
                     + w["embeddings.token_type_embeddings.weight"][0])
-        return self._session.run(["vectors"], {"embedded": embedded.astype(np.float32),
+        return self._session().run(["vectors"], {"embedded": embedded.astype(np.float32),
                                                "mask": mask.astype(np.float32)})[0]

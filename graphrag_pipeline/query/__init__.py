@@ -13,6 +13,7 @@ the pipeline has published when the question starts (``query.versions``), so it 
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from graphrag_pipeline.lib.config import PipelineSettings, load_settings
@@ -67,12 +68,15 @@ def open_index(
     except BaseException:
         state.close()
         raise
+    if embedder is None:
+        embedder = configured_embedder(settings, query=True)
+        _prepare_in_background(embedder)
     try:
         return OpenIndex(
             settings,
             state=state,
             graph_store=graph_store,
-            embedder=embedder if embedder is not None else configured_embedder(settings, query=True),
+            embedder=embedder,
             open_vectors=lambda: open_vector_store(settings, reader=True),
             published_version=lambda: published_vector_version(settings),
         )
@@ -101,3 +105,24 @@ __all__ = [
     "Retriever",
     "open_index",
 ]
+
+
+def _prepare_in_background(embedder: Embedder) -> None:
+    """Load a local question embedder in a thread of its own: a process's first question needs both the model (about
+    0.6 s with ONNX Runtime, much of it outside the GIL) and the index's name and chunk lookups (about 1 s of Python),
+    and loading them side by side made a cold `graphrag-pipeline query` that much shorter. An HTTP embedder is left
+    alone: it has nothing to load, and a call would cost a request."""
+    from graphrag_pipeline.lib.numpy_encoder import NumpyEmbedder
+
+    if not isinstance(embedder, NumpyEmbedder):
+        return
+
+    def prepare() -> None:
+        try:
+            embedder.prepare()
+        except Exception:  # noqa: BLE001 (the first question loads it again, and raises in the caller's thread)
+            pass
+
+    # Not a daemon: a process that ends before the model is loaded waits for it rather than tearing the runtime
+    # down in the middle of building a session.
+    threading.Thread(target=prepare, name="prepare-question-embedder").start()
