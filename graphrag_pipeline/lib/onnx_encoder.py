@@ -136,7 +136,8 @@ class OnnxEmbedder(NumpyEmbedder):
 
     def _encode(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         w = self._weights
-        embedded = (w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:ids.shape[1]]
+        embedded = (w["embeddings.word_embeddings.weight"][ids]
+                    + w["embeddings.position_embeddings.weight"][: ids.shape[1]]
                     + w["embeddings.token_type_embeddings.weight"][0])
         return self._session().run(["vectors"], {"embedded": embedded.astype(np.float32),
                                                "mask": mask.astype(np.float32)})[0]
