@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 
 from graphrag_pipeline.lib.config import PipelineSettings, load_settings
+from graphrag_pipeline.lib.embedders import configured_embedder
 from graphrag_pipeline.lib.stages import build_everything
 from graphrag_pipeline.lib.workspace import Workspace
 from graphrag_pipeline_tests.postgres import postgres_server  # noqa: F401  (registers the session's PostgreSQL fixture)
@@ -20,6 +21,11 @@ def folder_settings(index_dir: Path, corpus: Path, **overrides) -> PipelineSetti
         shard_count=4,
         **overrides,
     )
+
+
+def offline_embedder():
+    """The offline embedder a build loads by default: tests that run many builds share one loaded model."""
+    return configured_embedder(load_settings(), query=False)
 
 
 def build(settings: PipelineSettings):

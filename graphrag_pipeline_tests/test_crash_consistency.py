@@ -19,12 +19,11 @@ from pathlib import Path
 import pytest
 
 from graphrag_pipeline.lib import faults
-from graphrag_pipeline.lib.embedders import LocalEmbedder
 from graphrag_pipeline.lib.stages import STAGES
 from graphrag_pipeline.lib.workspace import Workspace
 
 from .cli_process import CLI, cli_env
-from .conftest import FIXTURES, folder_settings
+from .conftest import FIXTURES, folder_settings, offline_embedder
 from .index_snapshot import assert_same_index, index_snapshot
 
 pytestmark = pytest.mark.slow
@@ -90,7 +89,7 @@ def run_build(settings, embedder, stop_at: str | None = None, seen: list[str] | 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
     root = tmp_path_factory.mktemp("crash")
-    embedder = LocalEmbedder()
+    embedder = offline_embedder()
     # The base index has seen the changed corpora before: their texts come from its embedding cache, so each of the
     # many builds below embeds nothing and the harness stays fast.
     for changed, restricted in ((True, True), (True, False), (False, False)):

@@ -9,12 +9,16 @@ import threading
 import numpy as np
 import pytest
 
+from graphrag_pipeline.lib.chunking import chunk_document
 from graphrag_pipeline.lib.config import EmbedderConfig, load_settings
 from graphrag_pipeline.lib.embedders import LocalEmbedder, bundled_model_path, configured_embedder
 from graphrag_pipeline.lib.numpy_encoder import NumpyEmbedder
+from graphrag_pipeline.lib.ids import content_hash
+from graphrag_pipeline.lib.models import Document
 from graphrag_pipeline.lib.onnx_encoder import OnnxEmbedder
 from graphrag_pipeline.query import open_index
 from graphrag_pipeline_tests.cli_process import cli_env
+from graphrag_pipeline_tests.conftest import SAMPLE_CORPUS
 
 TEXTS = [
     "Prometheus cannot send alerts to Alertmanager: which runbook applies?",
@@ -64,20 +68,34 @@ def test_it_describes_itself_as_the_torch_embedder_does(both):
     assert question_embedder.embed([]).shape == (0, torch_embedder.dimension)
 
 
-def test_query_processes_get_onnx_builds_and_other_architectures_get_torch(tmp_path):
+def test_builds_and_query_processes_get_onnx_unless_configured_and_other_architectures_get_torch(tmp_path):
     settings = load_settings(index_dir=str(tmp_path / "index"))
     assert type(configured_embedder(settings, query=True)) is OnnxEmbedder
+    assert type(configured_embedder(settings, query=False)) is OnnxEmbedder
     assert type(configured_embedder(settings.with_overrides(embedder={"query_runtime": "numpy"}), query=True)) \
         is NumpyEmbedder
-    assert isinstance(configured_embedder(settings, query=False), LocalEmbedder)
-    chosen_torch = settings.with_overrides(embedder={"query_runtime": "torch"})
+    chosen_torch = settings.with_overrides(embedder={"query_runtime": "torch", "runtime": "torch"})
     assert isinstance(configured_embedder(chosen_torch, query=True), LocalEmbedder)
+    assert isinstance(configured_embedder(chosen_torch, query=False), LocalEmbedder)
     other = tmp_path / "xlmr"
     other.mkdir()
     (other / "config.json").write_text(json.dumps({"model_type": "xlm-roberta", "hidden_act": "gelu"}))
     (other / "modules.json").write_text("[]")
-    assert isinstance(configured_embedder(settings.with_overrides(embedder={"model_path": str(other)}), query=True),
-                      LocalEmbedder)
+    for query in (True, False):
+        assert isinstance(configured_embedder(settings.with_overrides(embedder={"model_path": str(other)}),
+                                              query=query), LocalEmbedder)
+
+
+def test_the_onnx_runtime_cuts_chunks_at_the_torch_tokenizers_tokens(both):
+    """The build's chunks are cut on the embedder's token spans: the same spans, so the same chunk ids, whichever
+    runtime built an index."""
+    question_embedder, torch_embedder = both
+    texts = [*TEXTS, *(path.read_text() for path in sorted(SAMPLE_CORPUS.rglob("*.md"))[:40])]
+    assert [question_embedder.encode_offsets(t) for t in texts] == [torch_embedder.encode_offsets(t) for t in texts]
+    documents = [Document(f"t:{i}", "t", "", f"doc {i}", text, content_hash(text)) for i, text in enumerate(texts)]
+    chunked = {name: [c.chunk_id for d in documents for c in chunk_document(d, size=120, overlap=16, tokenizer=tok)]
+               for name, tok in (("runtime", question_embedder), ("torch", torch_embedder))}
+    assert chunked["runtime"] == chunked["torch"] and len(chunked["runtime"]) > len(documents)
 
 
 _QUERY_PROCESS = """

@@ -17,13 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from graphrag_pipeline.lib.embedders import LocalEmbedder
 from graphrag_pipeline.lib.stages import build_everything
 from graphrag_pipeline.lib.state import IndexBusyError, StateStore
 from graphrag_pipeline.lib.stores.sqlite_files import DamagedStoreError
 from graphrag_pipeline.lib.workspace import Workspace
 
-from .conftest import FIXTURES, folder_settings
+from .conftest import FIXTURES, folder_settings, offline_embedder
 from .index_snapshot import assert_same_index, index_snapshot
 
 pytestmark = pytest.mark.slow
@@ -39,7 +38,7 @@ def original(tmp_path_factory):
     root = tmp_path_factory.mktemp("healing")
     shutil.copytree(FIXTURES / "multihop", root / "corpus")
     settings = folder_settings(root / "index", root / "corpus", communities={"min_size": 2})
-    embedder = LocalEmbedder()
+    embedder = offline_embedder()
     build(settings, embedder)
     return {"root": root, "settings": settings, "embedder": embedder, "snapshot": index_snapshot(settings)}
 

@@ -13,13 +13,13 @@ from dagster import build_sensor_context
 
 from graphrag_pipeline.defs.ingest.automation import sensor_of
 from graphrag_pipeline.defs.resources import GraphRAGResource
-from graphrag_pipeline.lib.config import load_settings
-from graphrag_pipeline.lib.embedders import LocalEmbedder
+from graphrag_pipeline.lib.config import EmbedderConfig, load_settings
+from graphrag_pipeline.lib.embedders import bundled_model_path
 from graphrag_pipeline.lib.extraction import OfflineExtractor
 from graphrag_pipeline.lib.ids import stable_shard
-from graphrag_pipeline.lib.stages import build_everything
+from graphrag_pipeline.lib.onnx_encoder import OnnxEmbedder
+from graphrag_pipeline.lib.stages import build_everything, vectors
 from graphrag_pipeline.lib.stages.report import StageReport
-from graphrag_pipeline.lib.stages import vectors
 from graphrag_pipeline.lib.stages.vectors import GLOBAL_SHARD, sync_points
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES
 from graphrag_pipeline.lib.workspace import Workspace
@@ -35,11 +35,11 @@ DELETED = RUNBOOKS[7].name
 SHARDS = 8
 
 
-class CountingEmbedder(LocalEmbedder):
-    """The real offline model, counting what it is asked to embed."""
+class CountingEmbedder(OnnxEmbedder):
+    """The real offline model on the build's default runtime, counting what it is asked to embed."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(str(bundled_model_path()), EmbedderConfig())
         self.texts: list[str] = []
 
     def embed(self, texts):
@@ -62,7 +62,7 @@ def make_project(root: Path, names: list[str]) -> Path:
     return config
 
 
-def build(config: Path, embedder: LocalEmbedder | None = None, index_dir: Path | None = None) -> list:
+def build(config: Path, embedder: OnnxEmbedder | None = None, index_dir: Path | None = None) -> list:
     overrides = {"index_dir": str(index_dir)} if index_dir else {}
     with Workspace(load_settings(config, **overrides), embedder=embedder) as ws:
         return build_everything(ws)
@@ -198,7 +198,7 @@ def test_texts_are_embedded_in_rounds_of_about_one_length(tmp_path, monkeypatch)
     embedder = CountingEmbedder()
     rounds: list[list[str]] = []
     monkeypatch.setattr(embedder, "embed",
-                        lambda texts: rounds.append(list(texts)) or LocalEmbedder.embed(embedder, texts))
+                        lambda texts: rounds.append(list(texts)) or OnnxEmbedder.embed(embedder, texts))
     texts = ["pod", "crash looping pods", "node", "a disk filling up on a node", "etcd", "cpu throttling high",
              "kubelet"]
     with Workspace(folder_settings(tmp_path / "index", tmp_path / "corpus"), embedder=embedder) as ws:

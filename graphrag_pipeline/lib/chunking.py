@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -69,17 +69,22 @@ class HuggingFaceTokenizer:
     def encode_offsets(self, text: str) -> list[Span]:
         # verbose=False: documents are longer than the model's input on purpose, the warning about it is noise.
         encoding = self._tokenizer(text, return_offsets_mapping=True, add_special_tokens=False, verbose=False)
-        spans: list[Span] = []
-        for start, end in encoding["offset_mapping"]:
-            if end <= start:
-                continue
-            if spans and start < spans[-1][1]:
-                # Byte-level fallback splits one character (Hangul, emoji) into several tokens with the same span;
-                # they are one unit for cutting text. Such text is slightly undercounted, never cut mid-character.
-                spans[-1] = (spans[-1][0], max(spans[-1][1], end))
-                continue
-            spans.append((start, end))
-        return spans
+        return token_spans(encoding["offset_mapping"])
+
+
+def token_spans(offsets: Iterable[tuple[int, int]]) -> list[Span]:
+    """A tokenizer's character offsets as spans to cut text at: empty ones dropped, overlapping ones joined."""
+    spans: list[Span] = []
+    for start, end in offsets:
+        if end <= start:
+            continue
+        if spans and start < spans[-1][1]:
+            # Byte-level fallback splits one character (Hangul, emoji) into several tokens with the same span; they
+            # are one unit for cutting text. Such text is slightly undercounted, never cut mid-character.
+            spans[-1] = (spans[-1][0], max(spans[-1][1], end))
+            continue
+        spans.append((start, end))
+    return spans
 
 
 class ChunkLimitExceeded(ValueError):

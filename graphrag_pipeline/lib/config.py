@@ -181,7 +181,11 @@ class EmbedderConfig(StrictModel):
     max_tokens: int | None = Field(None, ge=1)
     batch_size: int = Field(64, ge=1)
     device: str = "cpu"
-    threads: int | None = Field(None, ge=1)  # torch threads for pipeline batches (None: torch's default, all cores)
+    # What runs the offline model in pipeline runs: ONNX Runtime, on a graph built in memory from the model's weights
+    # (no torch import; a process loads it in under a second), or torch. Both give the same vectors to float32
+    # rounding, and cut chunks at the same tokens.
+    runtime: Literal["onnx", "torch"] = "onnx"
+    threads: int | None = Field(None, ge=1)  # threads for pipeline batches (None: the runtime's default, all cores)
     # One question is a tiny input: a second thread only adds synchronization, and on a busy machine it made a
     # query embedding 25x slower (500 ms instead of 20 ms), so query processes default to one thread (torch's, or
     # BLAS's with the NumPy runtime).

@@ -117,21 +117,23 @@ class LocalEmbedder:
 
 def configured_embedder(settings: PipelineSettings, *, query: bool, usage=None):
     """The embedder ``settings.embedder.provider`` names: the offline model, or Ollama / an OpenAI-compatible server
-    (whose calls are counted in ``usage``). ``query`` is for question-at-a-time processes: the offline model runs on
-    ONNX Runtime or NumPy there (``embedder.query_runtime``), or on torch with ``query_threads``."""
+    (whose calls are counted in ``usage``). ``query`` is for question-at-a-time processes: the offline model runs
+    there on ``embedder.query_runtime`` with ``query_threads``, elsewhere on ``embedder.runtime`` with ``threads``;
+    a model that is not a mean-pooled BERT runs on torch whatever is configured."""
     config = settings.embedder
-    if config.provider == "local" and query and config.query_runtime != "torch":
+    if config.provider != "local":
+        from graphrag_pipeline.lib.llm.clients import http_embedder
+
+        return http_embedder(config, settings.llm, usage=usage)
+    runtime, threads = (config.query_runtime, config.query_threads) if query else (config.runtime, config.threads)
+    if runtime != "torch":
         from graphrag_pipeline.lib.numpy_encoder import NumpyEmbedder, is_mean_pooled_bert
 
         model_dir = Path(config.model_path) if config.model_path else bundled_model_path()
-        if is_mean_pooled_bert(model_dir):  # other architectures are left to torch
-            if config.query_runtime == "onnx":
+        if is_mean_pooled_bert(model_dir):
+            if runtime == "onnx":
                 from graphrag_pipeline.lib.onnx_encoder import OnnxEmbedder
 
-                return OnnxEmbedder(str(model_dir), config)
-            return NumpyEmbedder(str(model_dir), config)
-    if config.provider == "local":
-        return LocalEmbedder(config, threads=config.query_threads if query else config.threads)
-    from graphrag_pipeline.lib.llm.clients import http_embedder
-
-    return http_embedder(config, settings.llm, usage=usage)
+                return OnnxEmbedder(str(model_dir), config, threads=threads)
+            return NumpyEmbedder(str(model_dir), config, threads=threads)
+    return LocalEmbedder(config, threads=threads)

@@ -6,7 +6,7 @@ Importing torch and sentence-transformers costs seconds, more than a whole query
 question at a time needs neither. This reads the same `model.safetensors` and `tokenizer.json` the build's model
 loads and computes the same function (BERT encoder, exact-erf GELU, mean pooling over real tokens, L2 norm), so its
 vectors agree with the torch model's to float32 rounding — the tests pin that, and that rankings are unchanged.
-Batches of many long texts are torch's job: this is not the build's embedder.
+Batches of many long texts are for ONNX Runtime (``onnx_encoder``) or torch: NumPy is no build's embedder.
 """
 
 from __future__ import annotations
@@ -130,15 +130,16 @@ def _blas_threads():
 
 class NumpyEmbedder:
     """`Embedder` over a local sentence-transformers BERT model, evaluated with NumPy (no torch import). Its name is
-    the torch embedder's: both compute the same vectors, so an index built by one is queried by the other."""
+    the torch embedder's: both compute the same vectors, so an index built by one is queried by the other.
 
-    def __init__(self, model_path: str, config: EmbedderConfig):
+    ``threads``: BLAS threads (None: BLAS's default). A question is a tiny input: more threads only wait on each
+    other, and on a busy machine a second one made a question 30 ms instead of 18 ms here (query_threads)."""
+
+    def __init__(self, model_path: str, config: EmbedderConfig, *, threads: int | None = None):
         self._model_dir = Path(model_path)
         self._config = config
         self._lock = threading.Lock()
-        # A question is a tiny input: more BLAS threads only wait on each other, and on a busy machine a second one
-        # made a question 30 ms instead of 18 ms here (the torch runtime's query_threads, for the same reason).
-        self._threads = config.query_threads
+        self._threads = threads
 
     @property
     def name(self) -> str:
@@ -188,6 +189,13 @@ class NumpyEmbedder:
 
     def count_tokens(self, text: str) -> int:
         return len(self._counting_tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def encode_offsets(self, text: str) -> list[tuple[int, int]]:
+        """Character spans of the model's tokens, for chunkers that cut on token boundaries (the same spans as the
+        torch embedder's tokenizer: both read ``tokenizer.json``)."""
+        from graphrag_pipeline.lib.chunking import token_spans
+
+        return token_spans(self._counting_tokenizer.encode(text, add_special_tokens=False).offsets)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:

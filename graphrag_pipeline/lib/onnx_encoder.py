@@ -1,5 +1,5 @@
-"""The question embedder of a query process on ONNX Runtime: the NumPy encoder's function as an ONNX graph, built in
-memory from the same weights when the first question is embedded.
+"""The offline model on ONNX Runtime: the NumPy encoder's function as an ONNX graph, built in memory from the same
+weights when the first text is embedded; the embedder of builds and of query processes by default.
 
 NumPy evaluates a question's 36 dense products one BLAS call at a time, and for a 15-token question each call is
 mostly overhead: a question took about 30 ms. ONNX Runtime runs the same products as one fused graph in about 6 ms,
@@ -106,10 +106,11 @@ def bert_graph(weights: BertWeights):
 
 class OnnxEmbedder(NumpyEmbedder):
     """`Embedder` over a local sentence-transformers BERT model, evaluated with ONNX Runtime (no torch import); the
-    same name and vectors as the NumPy and torch embedders."""
+    same name, tokens and vectors as the NumPy and torch embedders. The build's default too: on two cores it embedded
+    entity names 1.8x and chunks 1.1x as fast as torch, and a process loads it in under a second, not seven."""
 
-    def __init__(self, model_path: str, config: EmbedderConfig):
-        super().__init__(model_path, config)
+    def __init__(self, model_path: str, config: EmbedderConfig, *, threads: int | None = None):
+        super().__init__(model_path, config, threads=threads)
         self._session_lock = threading.Lock()
         self._inference_session = None
 
@@ -125,9 +126,7 @@ class OnnxEmbedder(NumpyEmbedder):
                 import onnxruntime
 
                 options = onnxruntime.SessionOptions()
-                # One question is a tiny input: more threads only wait on each other (query_threads, as for the
-                # other runtimes); None leaves ONNX Runtime its default, one per core.
-                if self._threads is not None:
+                if self._threads is not None:  # None: ONNX Runtime's default, one per core
                     options.intra_op_num_threads = self._threads
                     options.inter_op_num_threads = 1
                 self._inference_session = onnxruntime.InferenceSession(

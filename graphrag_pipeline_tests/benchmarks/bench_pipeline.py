@@ -1,7 +1,7 @@
 """Benchmark of a whole index build and of query latency on an eval set (not a test: run it by hand).
 
     python -m graphrag_pipeline_tests.benchmarks.bench_pipeline <eval-set-dir> [--use-extraction] [--work-dir D]
-                                                                [--queries N] [--torch-threads N]
+                                                                [--queries N] [--runtime onnx|torch]
 
 Builds the set's corpus with the stage functions the Dagster assets run, one at a time, and prints each stage's
 wall time, items/s and the share spent inside the embedder; then, in the same process, the raw model throughput on
@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
-import torch
 
 from graphrag_pipeline.evaluation import eval_settings, load_questions, source_name_for
-from graphrag_pipeline.lib.embedders import LocalEmbedder
+from graphrag_pipeline.lib.config import load_settings
+from graphrag_pipeline.lib.embedders import configured_embedder
 from graphrag_pipeline.lib.stages import (
     StageReport,
     all_shards,
@@ -111,15 +111,21 @@ STAGE_ITEMS = {"raw_documents": "documents", "chunks": "chunks", "embeddings": "
                "communities": "communities", "community_summaries": "communities"}
 
 
-def build_index(set_dir: Path, index_dir: Path, use_extraction: bool, raw_model_ratios: bool = True):
-    """``raw_model_ratios``: time the model alone on every chunk text after the build (as long as embedding them)."""
-    settings = eval_settings(set_dir, index_dir, use_extraction)
+def build_index(set_dir: Path, index_dir: Path, use_extraction: bool, raw_model_ratios: bool = True,
+                runtime: str | None = None):
+    """``raw_model_ratios``: time the model alone on every chunk text after the build (as long as embedding them);
+    ``runtime``: the offline model's (default: the configured one)."""
+    base = load_settings()
+    if runtime is not None:
+        base = base.with_overrides(embedder={"runtime": runtime})
+    settings = eval_settings(set_dir, index_dir, use_extraction, base=base)
     incremental = (index_dir / "state.sqlite").is_file()
     print(f"index {index_dir}" + (" (already built: this measures an incremental rebuild)" if incremental else ""))
-    local = LocalEmbedder(settings.embedder)
+    local = configured_embedder(settings, query=False)
     started = time.perf_counter()
     local.embed(["warm-up"])  # the model load is a one-time cost per process, kept out of the stage times
-    print(f"embedding model load {time.perf_counter() - started:.1f} s (not counted below)\n")
+    print(f"embedding model load ({settings.embedder.runtime}) {time.perf_counter() - started:.1f} s "
+          "(not counted below)\n")
     embedder = TimedEmbedder(local)
     workspace = Workspace(settings, embedder=embedder)
 
@@ -159,7 +165,7 @@ def chunk_texts(ws: Workspace) -> list[str]:
     return [chunk_embedding_text(titles[c.doc_id], c) for c in ws.state.chunks(shards)]
 
 
-def print_ratios(model: LocalEmbedder, texts: Sequence[str], build_seconds: float, embedding_stage_seconds: float,
+def print_ratios(model: Embedder, texts: Sequence[str], build_seconds: float, embedding_stage_seconds: float,
                  index_dir: Path) -> None:
     """The model alone on the chunk texts, right after the build on the same machine, and the target ratios."""
     ordered = sorted(texts, key=len)
@@ -231,24 +237,22 @@ def main() -> None:
     parser.add_argument("--use-extraction", action="store_true", help="use the set's extraction.jsonl")
     parser.add_argument("--work-dir", type=Path, help="build the index here and keep it (default: a temporary folder)")
     parser.add_argument("--queries", type=int, default=None, help="time only the first N questions")
-    parser.add_argument("--torch-threads", type=int, default=None,
-                        help="torch intra-op threads (default: torch's choice, one per core)")
+    parser.add_argument("--runtime", choices=("onnx", "torch"), default=None,
+                        help="the offline model's runtime (default: the configured one, embedder.runtime)")
     args = parser.parse_args()
     if not (args.set_dir / "corpus.jsonl").is_file():
         parser.error(f"{args.set_dir / 'corpus.jsonl'} is missing: not an eval-set folder")
     if args.queries is not None and args.queries < 1:
         parser.error("--queries must be at least 1")
     questions = [q.question for q in load_questions(args.set_dir, source_name_for(args.set_dir))][: args.queries]
-    if args.torch_threads is not None:
-        torch.set_num_threads(args.torch_threads)
     # Other processes competing for the cores change these numbers a lot (see the load average).
     print(f"eval set {args.set_dir} · {'shared extraction' if args.use_extraction else 'offline extractor'} · "
-          f"{os.cpu_count()} cores, torch threads {torch.get_num_threads()}, "
+          f"{os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f}")
 
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as scratch:
         index_dir = args.work_dir or Path(scratch) / "index"
-        settings = build_index(args.set_dir, index_dir, args.use_extraction)
+        settings = build_index(args.set_dir, index_dir, args.use_extraction, runtime=args.runtime)
         cold_query(settings, questions[0])
         measure_queries(settings, questions)
 
