@@ -3,8 +3,11 @@ environment variables that put its state in PostgreSQL and its graph on a Bolt s
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
+
+import pytest
 
 from graphrag_pipeline_tests.conftest import FIXTURES
 
@@ -34,3 +37,34 @@ def server_environment(postgres_server, database: str, bolt, graph_database: str
         "NEO4J_PASSWORD": bolt.password,
         "NEO4J_DATABASE": graph_database,
     }
+
+
+def _without_timings(answers: list[dict]) -> list[dict]:
+    """Whole responses as JSON gives them back (tuples as lists), minus what measures this run rather than the
+    index."""
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if "seconds" not in k and "timing" not in k and k != "version"}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+    return [strip(a) for a in json.loads(json.dumps(answers, default=str))]
+
+
+def assert_same_answers(actual: list[dict], expected: list[dict], score_tolerance: float = 0.0) -> None:
+    """The same responses (``QueryResponse.to_dict()``s), field by field; ``score_tolerance`` for stores that keep
+    vectors in another precision (the embedded store in float16, Qdrant in float32: ``SCORE_TOLERANCE`` a cosine)."""
+    def compare(a, b, where: str) -> None:
+        if isinstance(a, float) and isinstance(b, float):
+            assert a == pytest.approx(b, abs=score_tolerance), where
+        elif isinstance(a, dict) and isinstance(b, dict):
+            assert sorted(a) == sorted(b), where
+            for key in a:
+                compare(a[key], b[key], f"{where}.{key}")
+        elif isinstance(a, list) and isinstance(b, list):
+            assert len(a) == len(b), where
+            for i, (x, y) in enumerate(zip(a, b)):
+                compare(x, y, f"{where}[{i}]")
+        else:
+            assert a == b, where
+    compare(_without_timings(actual), _without_timings(expected), "answers")

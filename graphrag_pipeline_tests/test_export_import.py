@@ -14,7 +14,11 @@ from graphrag_pipeline.lib.workspace import Workspace
 from graphrag_pipeline.query import open_index
 from graphrag_pipeline_tests.conftest import build, folder_settings
 from graphrag_pipeline_tests.postgres import throwaway_database
-from graphrag_pipeline_tests.server_index import runbooks_with_a_restricted_page, server_environment
+from graphrag_pipeline_tests.server_index import (
+    assert_same_answers,
+    runbooks_with_a_restricted_page,
+    server_environment,
+)
 
 QUESTIONS = ("What to do when a pod is crash looping?", "Which disk array is degraded?")
 # restricted-only questions: the access rule must survive the round trip
@@ -26,36 +30,6 @@ def _answers(settings, **kwargs) -> list[dict]:
         return [index.query(question, mode=mode, groups=groups).to_dict()
                 for question in (*QUESTIONS, RESTRICTED) for mode in ("vector", "graph", "hybrid")
                 for groups in ([], ["payments-oncall"])]
-
-
-def _without_timings(answers: list[dict]) -> list[dict]:
-    """Whole responses minus what measures this run rather than the index."""
-    def strip(value):
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if "seconds" not in k and "timing" not in k and k != "version"}
-        if isinstance(value, list):
-            return [strip(v) for v in value]
-        return value
-    return [strip(a) for a in answers]
-
-
-def _assert_same_answers(actual: list[dict], expected: list[dict], score_tolerance: float = 0.0) -> None:
-    """The same responses, field by field; ``score_tolerance`` for stores that keep vectors in another precision
-    (the embedded store in float16, Qdrant in float32: ``SCORE_TOLERANCE`` per cosine)."""
-    def compare(a, b, where: str) -> None:
-        if isinstance(a, float) and isinstance(b, float):
-            assert a == pytest.approx(b, abs=score_tolerance), where
-        elif isinstance(a, dict) and isinstance(b, dict):
-            assert sorted(a) == sorted(b), where
-            for key in a:
-                compare(a[key], b[key], f"{where}.{key}")
-        elif isinstance(a, list) and isinstance(b, list):
-            assert len(a) == len(b), where
-            for i, (x, y) in enumerate(zip(a, b)):
-                compare(x, y, f"{where}[{i}]")
-        else:
-            assert a == b, where
-    compare(_without_timings(actual), _without_timings(expected), "answers")
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +78,7 @@ def test_import_into_a_fresh_index_answers_the_same_without_embedding_or_extract
     assert counts["embeddings"].get("embedded", 0) == 0 and counts["embeddings"]["embedding_cache_hits"] > 0
     assert counts["graph"]["embedded"] == 0 and counts["graph"]["entities_upserted"] > 0  # names from the export
     assert counts["extracted_elements"].get("extracted", 0) == 0
-    _assert_same_answers(_answers(target), _answers(settings))
+    assert_same_answers(_answers(target), _answers(settings))
 
 
 @pytest.mark.slow
@@ -125,7 +99,7 @@ def test_import_into_postgresql_bolt_and_qdrant_answers_the_same(built, tmp_path
             import_index(workspace, export_dir)
         on_servers = _answers(target)
     assert not (tmp_path / "index").exists()  # everything went to the servers
-    _assert_same_answers(on_servers, _answers(settings), score_tolerance=SCORE_TOLERANCE)
+    assert_same_answers(on_servers, _answers(settings), score_tolerance=SCORE_TOLERANCE)
 
 
 def test_import_refuses_an_export_of_another_embedder(built, tmp_path):

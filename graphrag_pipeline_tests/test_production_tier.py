@@ -17,11 +17,16 @@ from pathlib import Path
 import pytest
 import yaml
 
+from graphrag_pipeline.lib.stores.protocols import SCORE_TOLERANCE
 from graphrag_pipeline.query import open_index
 from graphrag_pipeline_tests.cli_process import CHECKOUT, CLI
 from graphrag_pipeline_tests.conftest import build, folder_settings
 from graphrag_pipeline_tests.postgres import throwaway_database
-from graphrag_pipeline_tests.server_index import runbooks_with_a_restricted_page, server_environment
+from graphrag_pipeline_tests.server_index import (
+    assert_same_answers,
+    runbooks_with_a_restricted_page,
+    server_environment,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 
@@ -60,6 +65,7 @@ def _run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Compl
 # What an agent on another host runs: the query module, configured by its environment alone.
 AGENT = """
 import json, sys
+from graphrag_pipeline.lib.stores.protocols import SCORE_TOLERANCE
 from graphrag_pipeline.query import open_index
 questions, modes, groups = json.loads(sys.argv[1])
 with open_index() as index:
@@ -68,25 +74,12 @@ with open_index() as index:
 """
 
 
-def _comparable(response: dict) -> str:
-    """A whole response minus what measures the run, scores rounded (qdrant-client computes cosines in float64,
-    Qdrant Edge in float32)."""
-    def strip(value):
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if "seconds" not in k and "timing" not in k and k != "version"}
-        if isinstance(value, list):
-            return [strip(v) for v in value]
-        return round(value, 5) if isinstance(value, float) else value
-    return json.dumps(strip(response), sort_keys=True, default=str)
-
-
 def test_build_and_query_on_servers_touch_no_local_file_and_answer_as_the_embedded_index(
         corpus, tmp_path, postgres_server):
     embedded = folder_settings(tmp_path / "embedded", corpus)
     build(embedded)
     with open_index(settings=embedded) as index:
-        expected = [_comparable(index.query(q, mode=m, groups=list(g)).to_dict())
-                    for q in QUESTIONS for m in MODES for g in GROUPS]
+        expected = [index.query(q, mode=m, groups=list(g)).to_dict() for q in QUESTIONS for m in MODES for g in GROUPS]
 
     with throwaway_database(postgres_server) as database:
         env = _agent_environment(tmp_path, postgres_server, database)
@@ -102,9 +95,11 @@ def test_build_and_query_on_servers_touch_no_local_file_and_answer_as_the_embedd
         agent.mkdir()
         asked = json.dumps([QUESTIONS, MODES, [list(g) for g in GROUPS]])
         answers = json.loads(_run([CLI[0], "-c", AGENT, asked], cwd=agent, env=env).stdout)
-        assert [_comparable(answer) for answer in answers] == expected
+        # qdrant-client computes cosines in float64 from float32 vectors, the embedded store from float16 ones
+        assert_same_answers(answers, expected, score_tolerance=SCORE_TOLERANCE)
         cli_answer = _run([*CLI, "query", QUESTIONS[2], "--group", "payments-oncall", "--json"], cwd=agent, env=env)
-        assert _comparable(json.loads(cli_answer.stdout)) == expected[-1]  # the last question, hybrid, with the group
+        # the last question, hybrid, with the group
+        assert_same_answers([json.loads(cli_answer.stdout)], expected[-1:], score_tolerance=SCORE_TOLERANCE)
 
         assert [p.name for p in builder.iterdir()] == [] and [p.name for p in agent.iterdir()] == []
         assert [str(p) for p in Path(env["HOME"]).rglob("*")] == []

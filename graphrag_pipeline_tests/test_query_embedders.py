@@ -135,3 +135,19 @@ def test_open_index_loads_the_question_embedder_beside_the_first_questions_other
         assert type(index.embedder) is OnnxEmbedder
         assert index.embedder._inference_session is not None  # loaded before any question was asked
         assert index.query("What to do when a pod is crash looping?").results
+
+
+def test_the_onnx_runtime_writes_nothing_outside_the_index(tmp_path):
+    """ONNX Runtime's telemetry writes a device id under the home folder (and reports usage) unless it is opted out
+    of before its environment starts: the embedder opts out."""
+    home = tmp_path / "home"
+    home.mkdir()
+    environment = {k: v for k, v in cli_env().items() if k != "ORT_DISABLE_TELEMETRY"}
+    embed = ("from graphrag_pipeline.lib.config import load_settings\n"
+             "from graphrag_pipeline.lib.embedders import configured_embedder\n"
+             "print(configured_embedder(load_settings(), query=True).embed(['payments-api']).shape)")
+    process = subprocess.run([sys.executable, "-c", embed], cwd=tmp_path, env={**environment, "HOME": str(home)},
+                             capture_output=True, text=True, timeout=300)
+    assert process.returncode == 0, process.stderr
+    assert process.stdout.strip() == "(1, 384)"
+    assert [str(p) for p in home.rglob("*")] == []

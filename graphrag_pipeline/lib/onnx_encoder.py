@@ -11,6 +11,7 @@ The token lookup stays in NumPy, so the graph holds only the encoder's weights.
 
 from __future__ import annotations
 
+import os
 import threading
 import numpy as np
 
@@ -123,6 +124,10 @@ class OnnxEmbedder(NumpyEmbedder):
         # question arrives, and a second session would cost as much again.
         with self._session_lock:
             if self._inference_session is None:
+                # ONNX Runtime's own telemetry (from 1.29 on POSIX) writes a device id under ~/.cache and sends
+                # usage events to Microsoft unless this is set before its environment starts: no network at run
+                # time but the user's servers, and no file outside the index.
+                os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
                 import onnxruntime
 
                 options = onnxruntime.SessionOptions()
