@@ -77,6 +77,8 @@ def test_builds_and_query_processes_get_onnx_unless_configured_and_other_archite
     chosen_torch = settings.with_overrides(embedder={"query_runtime": "torch", "runtime": "torch"})
     assert isinstance(configured_embedder(chosen_torch, query=True), LocalEmbedder)
     assert isinstance(configured_embedder(chosen_torch, query=False), LocalEmbedder)
+    on_a_gpu = settings.with_overrides(embedder={"device": "cuda"})  # torch's device: nothing is loaded here
+    assert isinstance(configured_embedder(on_a_gpu, query=False), LocalEmbedder)
     other = tmp_path / "xlmr"
     other.mkdir()
     (other / "config.json").write_text(json.dumps({"model_type": "xlm-roberta", "hidden_act": "gelu"}))

@@ -119,14 +119,14 @@ def configured_embedder(settings: PipelineSettings, *, query: bool, usage=None):
     """The embedder ``settings.embedder.provider`` names: the offline model, or Ollama / an OpenAI-compatible server
     (whose calls are counted in ``usage``). ``query`` is for question-at-a-time processes: the offline model runs
     there on ``embedder.query_runtime`` with ``query_threads``, elsewhere on ``embedder.runtime`` with ``threads``;
-    a model that is not a mean-pooled BERT runs on torch whatever is configured."""
+    a model that is not a mean-pooled BERT, or a device other than the CPU, runs on torch whatever is configured."""
     config = settings.embedder
     if config.provider != "local":
         from graphrag_pipeline.lib.llm.clients import http_embedder
 
         return http_embedder(config, settings.llm, usage=usage)
     runtime, threads = (config.query_runtime, config.query_threads) if query else (config.runtime, config.threads)
-    if runtime != "torch":
+    if runtime != "torch" and config.device == "cpu":  # the ONNX and NumPy runtimes here are CPU-only
         from graphrag_pipeline.lib.numpy_encoder import NumpyEmbedder, is_mean_pooled_bert
 
         model_dir = Path(config.model_path) if config.model_path else bundled_model_path()
