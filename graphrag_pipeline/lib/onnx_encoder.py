@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 import numpy as np
 
 from graphrag_pipeline.lib.config import EmbedderConfig
@@ -22,15 +23,27 @@ from graphrag_pipeline.lib.numpy_encoder import NumpyEmbedder, BertWeights
 _OPSET = 17
 
 
-def bert_graph(weights: BertWeights):
+def bert_graph(weights: BertWeights) -> tuple[Any, dict[str, np.ndarray]]:
     """An ONNX model computing ``numpy_encoder.encode`` from the summed token, position and type embeddings:
-    inputs ``embedded`` (batch, length, hidden) float32 and ``mask`` (batch, length) float32, output ``vectors``."""
+    inputs ``embedded`` (batch, length, hidden) float32 and ``mask`` (batch, length) float32, output ``vectors``;
+    and the model's weights by name. The model declares them as external data and the session is handed the arrays
+    themselves (``add_external_initializers``): copying 43 MB of weights into the model and serializing it took
+    0.3 s of a cold query, and the model without them is 27 kB."""
     from onnx import TensorProto, helper, numpy_helper
 
     nodes, initializers = [], []
+    external: dict[str, np.ndarray] = {}
 
     def constant(name: str, value: np.ndarray) -> str:
-        initializers.append(numpy_helper.from_array(np.asarray(value), name))
+        value = np.asarray(value)
+        if value.dtype == np.float32 and value.ndim:
+            tensor = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=value.shape,
+                                 data_location=TensorProto.EXTERNAL)
+            tensor.external_data.add(key="location", value="memory")  # never read: the session is given the array
+            initializers.append(tensor)
+            external[name] = np.ascontiguousarray(value)
+        else:
+            initializers.append(numpy_helper.from_array(value, name))
         return name
 
     def node(op: str, inputs: list[str], output: str, **attributes) -> str:
@@ -102,7 +115,8 @@ def bert_graph(weights: BertWeights):
         [helper.make_tensor_value_info("vectors", TensorProto.FLOAT, ["batch", hidden])],
         initializers,
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSET)], producer_name="graphrag_pipeline")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSET)], producer_name="graphrag_pipeline")
+    return model, external
 
 
 class OnnxEmbedder(NumpyEmbedder):
@@ -114,6 +128,7 @@ class OnnxEmbedder(NumpyEmbedder):
         super().__init__(model_path, config, threads=threads)
         self._session_lock = threading.Lock()
         self._inference_session = None
+        self._external_weights: list = []
 
     def prepare(self) -> None:
         super().prepare()
@@ -134,8 +149,12 @@ class OnnxEmbedder(NumpyEmbedder):
                 if self._threads is not None:  # None: ONNX Runtime's default, one per core
                     options.intra_op_num_threads = self._threads
                     options.inter_op_num_threads = 1
+                model, external = bert_graph(self._weights)
+                # The session reads the weights from these arrays for as long as it lives: kept with it.
+                self._external_weights = [onnxruntime.OrtValue.ortvalue_from_numpy(a) for a in external.values()]
+                options.add_external_initializers(list(external), self._external_weights)
                 self._inference_session = onnxruntime.InferenceSession(
-                    bert_graph(self._weights).SerializeToString(), options, providers=["CPUExecutionProvider"])
+                    model.SerializeToString(), options, providers=["CPUExecutionProvider"])
             return self._inference_session
 
     def _encode(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
