@@ -2,10 +2,10 @@
 weights when the first text is embedded; the embedder of builds and of query processes by default.
 
 NumPy evaluates a question's 36 dense products one BLAS call at a time, and for a 15-token question each call is
-mostly overhead: a question took about 30 ms. ONNX Runtime runs the same products as one fused graph in about 6 ms,
+mostly overhead: a question took 30-46 ms. ONNX Runtime runs the same products as one fused graph in 7-10 ms,
 with the same vectors to float32 rounding (the tests pin them to the torch model's). The graph is written here from
 ``model.safetensors`` rather than exported by torch, so a query process still never imports torch, and nothing is
-written to disk or fetched: every process builds it from the weights it already has (about a tenth of a second).
+written to disk or fetched: every process builds it from the weights it already has (a fifth of a second).
 The token lookup stays in NumPy, so the graph holds only the encoder's weights.
 """
 
@@ -14,10 +14,11 @@ from __future__ import annotations
 import os
 import threading
 from typing import Any
+
 import numpy as np
 
 from graphrag_pipeline.lib.config import EmbedderConfig
-from graphrag_pipeline.lib.numpy_encoder import NumpyEmbedder, BertWeights
+from graphrag_pipeline.lib.numpy_encoder import BertWeights, NumpyEmbedder
 
 # LayerNormalization is an operator from opset 17 on.
 _OPSET = 17
@@ -122,7 +123,7 @@ def bert_graph(weights: BertWeights) -> tuple[Any, dict[str, np.ndarray]]:
 class OnnxEmbedder(NumpyEmbedder):
     """`Embedder` over a local sentence-transformers BERT model, evaluated with ONNX Runtime (no torch import); the
     same name, tokens and vectors as the NumPy and torch embedders. The build's default too: on two cores it embedded
-    entity names 1.8x and chunks 1.1x as fast as torch, and a process loads it in under a second, not seven."""
+    entity names 1.35-1.8x as fast as torch and chunks as fast, and a process loads it in about a second, not seven."""
 
     def __init__(self, model_path: str, config: EmbedderConfig, *, threads: int | None = None):
         super().__init__(model_path, config, threads=threads)
