@@ -68,10 +68,10 @@ def open_index(
     except BaseException:
         state.close()
         raise
-    if embedder is None:
-        embedder = configured_embedder(settings, query=True)
-        _prepare_in_background(embedder)
     try:
+        if embedder is None:
+            embedder = configured_embedder(settings, query=True)
+            _prepare_in_background(embedder)  # before the vectors are opened, which it can overlap too
         return OpenIndex(
             settings,
             state=state,
