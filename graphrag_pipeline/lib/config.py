@@ -182,16 +182,16 @@ class EmbedderConfig(StrictModel):
     batch_size: int = Field(64, ge=1)
     device: str = "cpu"
     # What runs the offline model in pipeline runs: ONNX Runtime, on a graph built in memory from the model's weights
-    # (no torch import; a process loads it in under a second), or torch. Both give the same vectors to float32
-    # rounding, and cut chunks at the same tokens.
+    # (no torch import; a process loads it in about a second, torch in about seven), or torch. Both give the same
+    # vectors to float32 rounding, and cut chunks at the same tokens.
     runtime: Literal["onnx", "torch"] = "onnx"
     threads: int | None = Field(None, ge=1)  # threads for pipeline batches (None: the runtime's default, all cores)
     # One question is a tiny input: a second thread only adds synchronization, and on a busy machine it made a
-    # query embedding 25x slower (500 ms instead of 20 ms), so query processes default to one thread (torch's, or
-    # BLAS's with the NumPy runtime).
+    # query embedding 25x slower (500 ms instead of 20 ms), so query processes default to one thread (the query
+    # runtime's: ONNX Runtime's, torch's, or BLAS's with NumPy).
     query_threads: int | None = Field(1, ge=1)
     # What embeds questions in a query process: the same model as an ONNX Runtime graph built from its weights (no
-    # torch import; a question in about 6 ms here), evaluated with NumPy (no torch either; about 30 ms), or with
+    # torch import; a question in 7-15 ms here), evaluated with NumPy (no torch either; 30-46 ms), or with
     # torch (as the build does). All three give the same vectors to float32 rounding.
     query_runtime: Literal["onnx", "numpy", "torch"] = "onnx"
 

@@ -87,13 +87,19 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return x / x.sum(-1, keepdims=True)
 
 
+def token_embeddings(weights: BertWeights, ids: np.ndarray) -> np.ndarray:
+    """The encoder's input for token ids ``ids`` (batch, length): word, position and (single) token type embeddings
+    summed, float32."""
+    return (weights["embeddings.word_embeddings.weight"][ids]
+            + weights["embeddings.position_embeddings.weight"][: ids.shape[1]]
+            + weights["embeddings.token_type_embeddings.weight"][0])
+
+
 def encode(weights: BertWeights, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Unit-norm sentence vectors for token ids ``ids`` (batch, length) with attention ``mask`` (1 for real tokens)."""
     w = weights
     batch, length = ids.shape
-    x = (w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:length]
-         + w["embeddings.token_type_embeddings.weight"][0])
-    x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], w.eps)
+    x = _layer_norm(token_embeddings(w, ids), w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], w.eps)
     hidden = x.shape[-1]
     head = hidden // w.heads
     # Padding gets the most negative float as its score, as in transformers: it weighs nothing after the softmax.

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from graphrag_pipeline.lib.config import EmbedderConfig
-from graphrag_pipeline.lib.numpy_encoder import BertWeights, NumpyEmbedder
+from graphrag_pipeline.lib.numpy_encoder import BertWeights, NumpyEmbedder, token_embeddings
 
 # LayerNormalization is an operator from opset 17 on.
 _OPSET = 17
@@ -159,9 +159,5 @@ class OnnxEmbedder(NumpyEmbedder):
             return self._inference_session
 
     def _encode(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        w = self._weights
-        embedded = (w["embeddings.word_embeddings.weight"][ids]
-                    + w["embeddings.position_embeddings.weight"][: ids.shape[1]]
-                    + w["embeddings.token_type_embeddings.weight"][0])
-        return self._session().run(["vectors"], {"embedded": embedded.astype(np.float32),
-                                               "mask": mask.astype(np.float32)})[0]
+        embedded = token_embeddings(self._weights, ids).astype(np.float32, copy=False)
+        return self._session().run(["vectors"], {"embedded": embedded, "mask": mask.astype(np.float32)})[0]
