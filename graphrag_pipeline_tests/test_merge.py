@@ -3,7 +3,7 @@ from dataclasses import asdict
 
 from graphrag_pipeline.lib.config import load_settings
 from graphrag_pipeline.lib.ids import content_hash, entity_id, normalize_name
-from graphrag_pipeline.lib.merge import element_payload, entity_from_payload, merge_extractions
+from graphrag_pipeline.lib.merge import ElementKeys, element_payload, entity_from_payload, merge_extractions
 from graphrag_pipeline.lib.models import ChunkExtraction, EntityMention, RelationMention
 
 ONTOLOGY = load_settings().ontology
@@ -91,6 +91,35 @@ def test_merge_is_independent_of_input_order_and_round_trips():
     digest, payload = element_payload(entity)
     assert entity_from_payload(json.loads(payload)) == entity
     assert digest == element_payload(backward[0][0])[0]
+
+
+def test_an_entity_named_by_a_relationship_before_its_mention_merges_as_one_named_first():
+    """An endpoint's spelling and the default type count only for an entity no spotter reported, wherever in the
+    input the relationship comes: an incremental merge reads the chunks in another selection than a full one."""
+    mentioned = ("d2", extraction("c2", [("Payments API", "SERVICE", "the API")]))
+    named = ("d1", extraction("c1", [("Cart", "SERVICE", "")],
+                              [("Cart", "payments API", "RELATED_TO", "", "calls it", 1.0)]))
+    endpoint_first = merge_extractions([named, mentioned], ONTOLOGY)
+    assert endpoint_first == merge_extractions([mentioned, named], ONTOLOGY)
+    payments = next(e for e in endpoint_first[0] if e.canonical == "payments api")
+    assert (payments.name, payments.type, payments.aliases) == ("Payments API", ONTOLOGY.entity_type("SERVICE"), ())
+    only_endpoint = merge_extractions([named], ONTOLOGY)[0]
+    assert [(e.name, e.type) for e in only_endpoint if e.canonical == "payments api"] == [
+        ("payments API", ONTOLOGY.default_entity_type)]
+
+
+def test_a_merge_of_some_elements_equals_them_in_the_merge_of_all():
+    items = [
+        ("d1", extraction("c1", [("Alpha", "PERSON", "one"), ("Beta", "PERSON", "two"), ("Gamma", "PERSON", "")],
+                          [("Alpha", "Beta", "RELATED_TO", "", "s", 1.0), ("Beta", "Gamma", "RELATED_TO", "", "t", 2.0)])),
+        ("d2", extraction("c2", [("Beta", "ORGANIZATION", "three"), ("Delta", "PERSON", "")],
+                          [("Beta", "Delta", "RELATED_TO", "", "u", 1.0)])),
+    ]
+    entities, relationships = merge_extractions(items, ONTOLOGY)
+    some_entities = [e for e in entities if e.canonical in ("beta", "delta")]
+    some_relationships = [r for r in relationships if "u" in r.description]
+    only = ElementKeys.of(some_entities, some_relationships)
+    assert merge_extractions(items, ONTOLOGY, only=only) == (some_entities, some_relationships)
 
 
 def test_element_payload_is_the_json_of_every_field_so_stored_hashes_stay_valid():

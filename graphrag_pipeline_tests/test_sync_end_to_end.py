@@ -4,6 +4,7 @@ deleted document leaves nothing derived only from it anywhere (graph, vectors, s
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -18,13 +19,15 @@ from graphrag_pipeline.lib.embedders import bundled_model_path
 from graphrag_pipeline.lib.extraction import OfflineExtractor
 from graphrag_pipeline.lib.ids import stable_shard
 from graphrag_pipeline.lib.onnx_encoder import OnnxEmbedder
-from graphrag_pipeline.lib.stages import build_everything, vectors
+from graphrag_pipeline.lib.models import EntityMention
+from graphrag_pipeline.lib.stages import build_everything, summarize_elements, vectors
 from graphrag_pipeline.lib.stages.report import StageReport
 from graphrag_pipeline.lib.stages.vectors import GLOBAL_SHARD, sync_points
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES
 from graphrag_pipeline.lib.workspace import Workspace
 
 from .conftest import SAMPLE_CORPUS, folder_settings
+from .conftest import build as build_with
 from .index_snapshot import assert_same_index, index_snapshot
 
 pytestmark = pytest.mark.slow
@@ -144,6 +147,13 @@ def test_an_incremental_sync_equals_a_from_scratch_build(synced):
     assert_same_index(synced["after_delete"], synced["fresh_delete"])
 
 
+def test_the_merge_reads_only_the_chunks_that_mention_what_the_edit_touched(synced):
+    merge = synced["edit_reports"]["element_summaries"].counts
+    assert merge["full_merge"] == 0
+    assert 0 < merge["merged_chunks"] < synced["edit_reports"]["embeddings"].counts["chunks"] / 2
+    assert 0 < merge["entity_changed"] + merge["relationship_changed"]
+
+
 def test_a_deleted_document_leaves_nothing_derived_only_from_it(synced):
     before, after = synced["after_edit"], synced["after_delete"]
     doc_id = f"rb:{DELETED}"
@@ -212,3 +222,30 @@ def test_texts_are_embedded_in_rounds_of_about_one_length(tmp_path, monkeypatch)
 
     by_length = sorted(texts, key=lambda text: (len(text), text))
     assert rounds == [by_length[0:3], by_length[3:6], by_length[6:7]]
+
+
+def test_the_merge_starts_over_when_what_it_was_merged_from_is_unknown(tmp_path):
+    """An extraction replaced in place (a quarantined chunk extracted again) leaves no trace of what it said, and
+    new aliases change what every mention merges into: both make the next merge read the whole corpus."""
+    (tmp_path / "corpus").mkdir()
+    for path in RUNBOOKS[:3]:
+        shutil.copy(path, tmp_path / "corpus" / path.name)
+    settings = folder_settings(tmp_path / "index", tmp_path / "corpus")
+    build_with(settings)
+    with Workspace(settings) as ws:
+        unchanged = summarize_elements(ws).counts
+        assert (unchanged["full_merge"], unchanged["merged_chunks"]) == (0, 0)
+        chunk_id = ws.state.chunks()[0].chunk_id
+        extraction = ws.state.extractions([chunk_id], ws.extractor_key)[chunk_id]
+        mention = EntityMention("Zebra Gateway", "SERVICE", "", chunk_id, "test")
+        ws.state.store_extractions(ws.extractor_key, [dataclasses.replace(
+            extraction, entities=(*extraction.entities, mention))])
+        replaced = summarize_elements(ws).counts
+        assert (replaced["full_merge"], replaced["entity_changed"]) == (1, 1)
+        assert "Zebra Gateway" in {e["name"] for e in ws.state.element_payloads("entity").values()}
+    aliased = folder_settings(tmp_path / "index", tmp_path / "corpus",
+                              extraction={"aliases": {"Zebra Gateway": "Kubernetes"}})
+    with Workspace(aliased) as ws:
+        assert summarize_elements(ws).counts["full_merge"] == 1
+        assert "Zebra Gateway" not in {e["name"] for e in ws.state.element_payloads("entity").values()}
+        assert summarize_elements(ws).counts["full_merge"] == 0

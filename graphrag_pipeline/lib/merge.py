@@ -28,6 +28,7 @@ MAX_PROVENANCE = 5000  # chunk ids kept per element; counts stay exact
 @dataclass
 class _EntityAccumulator:
     surface_forms: Counter = field(default_factory=Counter)
+    endpoint_forms: Counter = field(default_factory=Counter)  # spellings of relationship endpoints
     types: Counter = field(default_factory=Counter)
     catalog_types: Counter = field(default_factory=Counter)  # types a structured catalog states: they win the vote
     catalog_forms: set[str] = field(default_factory=set)  # how a structured catalog spells the name
@@ -45,6 +46,20 @@ class _RelationAccumulator:
     predicates: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # wording -> docs using it
     chunk_ids: set[str] = field(default_factory=set)
     doc_ids: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class ElementKeys:
+    """Which elements a merge makes: entities by canonical key, relationships by (source key, type, target key)."""
+
+    entities: frozenset[str]
+    relationships: frozenset[tuple[str, str, str]]
+
+    @classmethod
+    def of(cls, entities: Sequence[Entity], relationships: Sequence[Relationship]) -> "ElementKeys":
+        canonical = {e.entity_id: e.canonical for e in entities}  # every endpoint of a merge's relationship is one
+        return cls(frozenset(canonical.values()),
+                   frozenset((canonical[r.source_id], r.type, canonical[r.target_id]) for r in relationships))
 
 
 @dataclass(frozen=True)
@@ -91,11 +106,13 @@ def merge_extractions(
     aliases: Mapping[str, str] | None = None,
     description_limits: tuple[int, int] = DEFAULT_LIMITS,
     catalog: CatalogResolution | None = None,
+    only: ElementKeys | None = None,
 ) -> tuple[list[Entity], list[Relationship]]:
     """(doc_id, extraction) pairs → merged entities and relationships, sorted by id. Each description is the distinct
     descriptions in document order, one per line, up to ``description_limits`` (count, characters). ``aliases``
     (configured) map a name to its canonical name; ``catalog`` resolves the names of catalog entities, which then
-    also keep the catalog's name and type, whatever text called them."""
+    also keep the catalog's name and type, whatever text called them. ``only``: merge these elements alone (the
+    extractions must hold every mention of them), passing over the others' mentions."""
     catalog = catalog or CatalogResolution({}, {})
     alias_keys = {**catalog.keys, **{normalize_name(k): normalize_name(v) for k, v in (aliases or {}).items()}}
 
@@ -114,7 +131,7 @@ def merge_extractions(
         chunk_id = extraction.chunk_id
         for mention in extraction.entities:
             key = key_of(mention.name)
-            if not key:
+            if not key or (only is not None and key not in only.entities):
                 continue
             acc = entities[key]
             acc.surface_forms[mention.name.strip()] += 1
@@ -132,16 +149,18 @@ def merge_extractions(
             if not source_key or not target_key or source_key == target_key:
                 continue
             for key, name in ((source_key, relation.source), (target_key, relation.target)):
-                if key not in entities:  # an endpoint no spotter reported as an entity still becomes one
-                    acc = entities[key]
-                    acc.surface_forms[name.strip()] += 1
-                    acc.types[ontology.default_entity_type] += 1
-                entities[key].chunk_ids.add(chunk_id)
-                entities[key].doc_ids.add(doc_id)
+                if only is not None and key not in only.entities:
+                    continue
+                acc = entities[key]  # an endpoint no spotter reported as an entity still becomes one
+                acc.endpoint_forms[name.strip()] += 1
+                acc.chunk_ids.add(chunk_id)
+                acc.doc_ids.add(doc_id)
             rel_type = relation.type if relation.type in relationship_types else symmetric_type
             if rel_type == symmetric_type and target_key < source_key:
                 # Untyped association has no direction: A–B and B–A are one relationship.
                 source_key, target_key = target_key, source_key
+            if only is not None and (source_key, rel_type, target_key) not in only.relationships:
+                continue
             acc_r = relations[(source_key, rel_type, target_key)]
             acc_r.weight += relation.weight
             if relation.description:
@@ -171,15 +190,17 @@ def _entity(
 ) -> Entity:
     # Most frequent spelling wins; ties go to the longest, then alphabetical, so the choice is order-independent.
     # A catalog entity keeps the catalog's spelling of its name: the node is the catalog's, text only mentions it.
+    # An entity only relationships name (no spotter reported it) is spelled as they do, with the default type.
+    seen = acc.surface_forms or acc.endpoint_forms
     catalog_spelling = [form for form in acc.catalog_forms if normalize_name(form) == key]
-    forms = Counter(catalog_spelling) if catalog_spelling else acc.surface_forms
+    forms = Counter(catalog_spelling) if catalog_spelling else seen
     name = sorted(forms.items(), key=lambda kv: (-kv[1], -len(kv[0]), kv[0]))[0][0]
     stated = {t: n for t, n in acc.catalog_types.items() if t != ontology.default_entity_type}
     specific = stated or {t: n for t, n in acc.types.items() if t != ontology.default_entity_type}
-    type_votes = specific or acc.types
+    type_votes = specific or acc.types or {ontology.default_entity_type: 1}
     entity_type = sorted(type_votes.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
     # The catalog's names first: the list is capped, and they are what questions use.
-    aliases = tuple(dict.fromkeys(form for form in (*(catalog_names or ()), *sorted(acc.surface_forms))
+    aliases = tuple(dict.fromkeys(form for form in (*(catalog_names or ()), *sorted(seen))
                                   if form != name))
     parts = _description_parts(acc, description_limits)
     return Entity(

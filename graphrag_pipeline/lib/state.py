@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import sqlite3
@@ -42,7 +43,7 @@ BUILD_LOCK_FILE = "build.lock"  # beside state.sqlite: held by every writer of t
 # The version of the tables below. A change to them bumps it and adds the statements that bring an index of the
 # previous version up to it to StateStore.MIGRATIONS, so an existing index is migrated in place rather than rebuilt, and a
 # pipeline older than the index it opens refuses it instead of writing rows in a layout it does not know.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 IN_BATCH = 900  # ids per "IN (...)" list: SQLite takes at most 999 parameters per statement
 # The tables whose ``payload`` column holds JSON written by the pipeline: stored zlib-compressed since version 2.
 PAYLOAD_TABLES = ("extractions", "elements", "communities", "community_summaries", "source_extractions")
@@ -148,6 +149,15 @@ CREATE TABLE IF NOT EXISTS seen_sources (          -- every item a source scan s
     shard INTEGER NOT NULL,
     content_hash TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS merged_extractions (   -- the extraction of each chunk that the stored elements were merged from
+    chunk_id TEXT PRIMARY KEY,
+    extractor_key TEXT NOT NULL,
+    payload_hash TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS stage_marks (          -- what a corpus-wide stage's stored output was made with
+    stage TEXT PRIMARY KEY,
+    mark TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS source_extractions (   -- extractions shipped with a source (eval sets), by document
     doc_id TEXT PRIMARY KEY,
     payload TEXT NOT NULL
@@ -172,6 +182,12 @@ def unpack_payload(stored: str | bytes | memoryview) -> str:
 
 def _loads(stored: str | bytes | memoryview) -> Any:
     return json.loads(unpack_payload(stored))
+
+
+def payload_digest(stored: str | bytes | memoryview) -> str:
+    """A short hash of a payload as stored, to tell whether a row changed without decompressing it."""
+    data = stored.encode() if isinstance(stored, str) else bytes(stored)
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
 class StateStore:
@@ -224,8 +240,10 @@ class StateStore:
             conn.execute("COMMIT")
 
     # Version -> the statements that bring an index of version - 1 to it. SQLite stores compressed payloads in their
-    # TEXT columns as they are, so version 2 (compressed payloads) changes nothing in its tables.
-    MIGRATIONS: dict[int, str] = {2: ""}
+    # TEXT columns as they are, so version 2 (compressed payloads) changes nothing in its tables; version 3 adds the
+    # element merge's bookkeeping (merged_extractions, stage_marks), which the schema above creates. An older
+    # pipeline would merge without keeping it, so the version refuses it the index.
+    MIGRATIONS: dict[int, str] = {2: "", 3: ""}
 
     def _migrate(self) -> None:
         """Bring the index's tables to SCHEMA_VERSION, recording each step; refuse an index written by a newer
@@ -508,29 +526,48 @@ class StateStore:
                 [(e.chunk_id, extractor_key, pack_payload(extraction_to_json(e))) for e in extractions],
             )
 
-    def live_extractions(self, extractor_key: str, family: str | None = None) -> Iterator[tuple[str, str, ChunkExtraction]]:
-        """(doc_id, chunk_id, extraction) for every current chunk, streamed: the merge stage reads all of them. A chunk
-        without an extraction under ``extractor_key`` is read from another key of its ``family`` (``family`` and
-        ``family+…``: the same extractor with other known names), so no chunk drops out while it waits to be
-        extracted again."""
+    def live_extractions(
+        self, extractor_key: str, family: str | None = None, chunk_ids: Iterable[str] | None = None
+    ) -> Iterator[tuple[str, str, ChunkExtraction]]:
+        """(doc_id, chunk_id, extraction) for every current chunk (or those of ``chunk_ids``), streamed in document
+        order: the merge stage reads all of them. A chunk without an extraction under ``extractor_key`` is read from
+        another key of its ``family`` (``family`` and ``family+…``: the same extractor with other known names), so no
+        chunk drops out while it waits to be extracted again."""
         family = family or extractor_key
         with naming_damage(self.path):
-            yield from self._live_extractions(extractor_key, family)
-
-    def _live_extractions(self, extractor_key: str, family: str) -> Iterator[tuple[str, str, ChunkExtraction]]:
-        conn = self._connection()
-        cursor = conn.execute(
-            """SELECT c.doc_id, c.chunk_id, e.payload FROM chunks c
-               JOIN extractions e ON e.chunk_id = c.chunk_id AND (e.extractor_key = ? OR e.extractor_key = ?
-                                                                  OR e.extractor_key LIKE ?)
-               ORDER BY c.doc_id, c.position, e.extractor_key = ? DESC, e.extractor_key""",
-            (extractor_key, family, f"{family}+%", extractor_key),
-        )
-        previous = None
-        for doc_id, chunk_id, payload in cursor:
-            if chunk_id != previous:
+            for doc_id, chunk_id, _, payload in self._live_extraction_rows(extractor_key, family, chunk_ids):
                 yield doc_id, chunk_id, extraction_from_json(chunk_id, payload)
-            previous = chunk_id
+
+    def live_extraction_hashes(self, extractor_key: str, family: str | None = None) -> dict[str, tuple[str, str]]:
+        """chunk id -> (extractor key, payload digest) of the extraction `live_extractions` reads for it."""
+        family = family or extractor_key
+        with naming_damage(self.path):
+            return {chunk_id: (key, payload_digest(payload))
+                    for _, chunk_id, key, payload in self._live_extraction_rows(extractor_key, family, None)}
+
+    _LIVE_EXTRACTIONS = """SELECT c.doc_id, c.chunk_id, e.extractor_key, e.payload FROM chunks c
+        JOIN extractions e ON e.chunk_id = c.chunk_id AND (e.extractor_key = ? OR e.extractor_key = ? OR e.extractor_key LIKE ?)"""
+    _LIVE_ORDER = " ORDER BY c.doc_id, c.position, e.extractor_key = ? DESC, e.extractor_key"
+
+    def _live_extraction_rows(
+        self, extractor_key: str, family: str, chunk_ids: Iterable[str] | None
+    ) -> Iterator[tuple[str, str, str, Any]]:
+        """(doc_id, chunk_id, extractor key, payload), one row per chunk, the preferred key first."""
+        keys = (extractor_key, family, f"{family}+%")
+        if chunk_ids is None:
+            rows: Iterable[tuple] = self._connection().execute(
+                self._LIVE_EXTRACTIONS + self._LIVE_ORDER, (*keys, extractor_key))
+        else:  # batches of ids, put back in the order of the whole read
+            position = {cid: p for cid, p in self._rows_with_ids(
+                "SELECT chunk_id, position FROM chunks WHERE chunk_id IN ({ids})", set(chunk_ids))}
+            rows = sorted(self._rows_with_ids(self._LIVE_EXTRACTIONS + " AND c.chunk_id IN ({ids})",
+                                              list(position), *keys),
+                          key=lambda r: (r[0], position[r[1]], r[2] != extractor_key, r[2]))
+        previous = None
+        for row in rows:
+            if row[1] != previous:
+                yield row
+            previous = row[1]
 
     def stale_extraction_chunks(self, extractor_key: str, family: str) -> list[str]:
         """Chunks extracted under another key of ``family`` but not under ``extractor_key``."""
@@ -558,6 +595,50 @@ class StateStore:
                 removed += cursor.rowcount
             return removed
 
+    def extraction_payloads(self, keyed: dict[str, str]) -> dict[str, tuple[str, Any]]:
+        """chunk id -> (digest, payload) of the stored extraction under the key ``keyed`` gives for the chunk."""
+        rows = self._rows_with_ids("SELECT chunk_id, extractor_key, payload FROM extractions WHERE chunk_id IN ({ids})",
+                                   list(keyed))
+        return {cid: (payload_digest(payload), payload) for cid, key, payload in rows if keyed[cid] == key}
+
+    # --- what the stored elements were merged from -------------------------------------------------------------
+
+    def merged_extractions(self) -> dict[str, tuple[str, str]]:
+        """chunk id -> (extractor key, payload digest) of each extraction the stored elements were merged from."""
+        return {cid: (key, digest) for cid, key, digest in
+                self.query("SELECT chunk_id, extractor_key, payload_hash FROM merged_extractions")}
+
+    def stage_mark(self, stage: str) -> str | None:
+        rows = self.query("SELECT mark FROM stage_marks WHERE stage = ?", (stage,))
+        return rows[0][0] if rows else None
+
+    def record_merge(
+        self,
+        elements: dict[str, tuple[dict[str, tuple[str, str]], Sequence[str]]],
+        merged: dict[str, tuple[str, str]],
+        unmerged: Sequence[str],
+        mark: str,
+        *,
+        every_extraction: bool,
+    ) -> None:
+        """One transaction for a merge's output and what it was made from, so a run killed half-way leaves both as
+        they were: ``elements`` kind -> (upserts: id -> (hash, JSON), removed ids); ``merged`` chunk id -> (extractor
+        key, payload digest) of the extractions now merged (all of them when ``every_extraction``), ``unmerged`` the
+        chunks no longer merged; ``mark`` what the merge was made with (`stage_mark`)."""
+        with self.transaction() as conn:
+            for kind, (upserts, removed) in elements.items():
+                conn.executemany("DELETE FROM elements WHERE kind = ? AND element_id = ?", [(kind, e) for e in removed])
+                conn.executemany(
+                    "INSERT OR REPLACE INTO elements VALUES (?, ?, ?, ?)",
+                    [(kind, eid, h, pack_payload(payload)) for eid, (h, payload) in upserts.items()],
+                )
+            if every_extraction:
+                conn.execute("DELETE FROM merged_extractions")
+            conn.executemany("DELETE FROM merged_extractions WHERE chunk_id = ?", [(c,) for c in unmerged])
+            conn.executemany("INSERT OR REPLACE INTO merged_extractions VALUES (?, ?, ?)",
+                             [(cid, key, digest) for cid, (key, digest) in merged.items()])
+            conn.execute("INSERT OR REPLACE INTO stage_marks VALUES (?, ?)", ("element_summaries", mark))
+
     def store_source_extractions(self, records: dict[str, dict]) -> None:
         with self.transaction() as conn:
             conn.executemany(
@@ -571,14 +652,19 @@ class StateStore:
 
     # --- merged elements, graph sync, communities ---------------------------------------------------------------
 
-    def element_hashes(self, kind: str, table: str = "elements") -> dict[str, str]:
+    def element_hashes(self, kind: str, table: str = "elements", element_ids: Iterable[str] | None = None) -> dict[str, str]:
         if table not in ("elements", "synced"):
             raise ValueError(table)
-        return dict(self.query(f"SELECT element_id, content_hash FROM {table} WHERE kind = ?", (kind,)))
+        if element_ids is None:
+            return dict(self.query(f"SELECT element_id, content_hash FROM {table} WHERE kind = ?", (kind,)))
+        return dict(self._rows_with_ids(
+            f"SELECT element_id, content_hash FROM {table} WHERE kind = ? AND element_id IN ({{ids}})", element_ids, kind))
 
     def replace_elements(self, kind: str, upserts: dict[str, tuple[str, str]], removed: Sequence[str]) -> None:
-        """upserts: element id -> (content hash, JSON payload)."""
+        """upserts: element id -> (content hash, JSON payload). Elements written other than by a merge (an import)
+        are not what `merged_extractions` says they were merged from: the next merge starts over."""
         with self.transaction() as conn:
+            conn.execute("DELETE FROM stage_marks WHERE stage = ?", ("element_summaries",))
             conn.executemany("DELETE FROM elements WHERE kind = ? AND element_id = ?", [(kind, e) for e in removed])
             conn.executemany(
                 "INSERT OR REPLACE INTO elements VALUES (?, ?, ?, ?)",

@@ -82,6 +82,9 @@ def main() -> None:
         print(f"{full.stage:<22}{full.total_seconds:>14.2f}{resync.total_seconds:>12.2f}  "
               f"{compact_counts(resync.counts, limit=8)}")
     print(f"{'total (wall)':<22}{full_seconds:>14.2f}{resync_seconds:>12.2f}")
+    print("re-sync steps over 0.2 s: " + "; ".join(
+        f"{r.stage} " + " ".join(f"{step} {s:.1f}" for step, s in r.seconds.items() if s >= 0.2)
+        for r in resync_stages if r.total_seconds >= 0.2))
     print(f"re-sync = {resync_seconds / full_seconds:.1%} of a full build")
 
 

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 
+from graphrag_pipeline.lib.faults import crash_point
+from graphrag_pipeline.lib.ids import content_hash
 from graphrag_pipeline.lib.merge import (
     DEFAULT_LIMITS,
     LLM_INPUT_DESCRIPTION_CHARS,
     LLM_INPUT_DESCRIPTIONS,
+    MAX_PROVENANCE,
+    CatalogResolution,
+    ElementKeys,
     capped_parts,
     element_payload,
     merge_extractions,
@@ -15,6 +22,7 @@ from graphrag_pipeline.lib.merge import (
 )
 from graphrag_pipeline.lib.sources.catalog import catalog_names
 from graphrag_pipeline.lib.models import Entity, Relationship
+from graphrag_pipeline.lib.state import extraction_from_json
 from graphrag_pipeline.lib.stages.extracted_elements import EXTRACTION_BATCH, extract_and_store
 from graphrag_pipeline.lib.stages.report import StageReport, accounted
 from graphrag_pipeline.lib.workspace import Workspace
@@ -22,39 +30,58 @@ from graphrag_pipeline.lib.workspace import Workspace
 
 @accounted
 def summarize_elements(ws: Workspace) -> StageReport:
-    """Merge all current extractions into entities and relationships; store only what changed."""
+    """Merge the current extractions into entities and relationships; store only what changed.
+
+    Only the elements the changed extractions touch are merged again, from the chunks that mention them (an element
+    depends on its own mentions alone, in any order); the whole corpus is merged when what the merge is made with
+    changed, when a replaced extraction's earlier text is gone, or when an element lists too many chunks to re-read."""
     report = StageReport("element_summaries")
     by_llm = ws.settings.summaries.summarizer == "llm"
     with report.timed("catalog_names"):
         report.counts["re_extracted_chunks"] = _extract_again_with_catalog_names(ws, report)
-    with report.timed("prune"):
-        report.counts["pruned_extractions"] = ws.state.prune_extractions(ws.extractor_key, ws.extractor_family)
     with report.timed("catalog_resolution"):
         catalog = resolve_catalog_names(catalog_names(ws.catalog_records()))
         report.counts["catalog_names_resolved"] = len(catalog.keys)
+    # The model reads every description it is to combine; elements it does not summarize are capped after.
+    limits = (LLM_INPUT_DESCRIPTIONS, LLM_INPUT_DESCRIPTION_CHARS) if by_llm else DEFAULT_LIMITS
+    merge = functools.partial(merge_extractions, ontology=ws.settings.ontology,
+                              aliases=ws.settings.extraction.aliases, description_limits=limits, catalog=catalog)
+    mark = merge_mark(ws, limits, catalog)
+    with report.timed("diff"):
+        live = ws.state.live_extraction_hashes(ws.extractor_key, ws.extractor_family)
+        plan = _incremental_plan(ws, live, mark, merge)
     with report.timed("merge"):
-        entities, relationships = merge_extractions(
-            ((doc_id, extraction)
-             for doc_id, _, extraction in ws.state.live_extractions(ws.extractor_key, ws.extractor_family)),
-            ws.settings.ontology,
-            ws.settings.extraction.aliases,
-            # The model reads every description it is to combine; elements it does not summarize are capped after.
-            description_limits=(LLM_INPUT_DESCRIPTIONS, LLM_INPUT_DESCRIPTION_CHARS) if by_llm else DEFAULT_LIMITS,
-            catalog=catalog,
-        )
+        if plan is None:
+            entities, relationships = merge(
+                (doc_id, extraction)
+                for doc_id, _, extraction in ws.state.live_extractions(ws.extractor_key, ws.extractor_family))
+            previous = {kind: ws.state.element_hashes(kind) for kind in ("entity", "relationship")}
+        else:
+            entities, relationships = merge(
+                ((doc_id, extraction) for doc_id, _, extraction in
+                 ws.state.live_extractions(ws.extractor_key, ws.extractor_family, plan.chunks_to_read)),
+                only=plan.touched)
+            previous = plan.previous
+        report.counts["merged_chunks"] = len(live) if plan is None else len(plan.chunks_to_read)
     if by_llm:
         with report.timed("llm_summaries"):
             entities, relationships = summarize_descriptions_by_llm(ws, entities, relationships, report)
     with report.timed("store"):
+        changes = {}
         for kind, elements in (("entity", entities), ("relationship", relationships)):
-            previous = ws.state.element_hashes(kind)
             payloads = {_element_id(e): element_payload(e) for e in elements}
-            upserts = {eid: hp for eid, hp in payloads.items() if previous.get(eid) != hp[0]}
-            removed = sorted(set(previous) - set(payloads))
-            ws.state.replace_elements(kind, upserts, removed)
-            report.counts[f"{kind}_total"] = len(payloads)
+            upserts = {eid: hp for eid, hp in payloads.items() if previous[kind].get(eid) != hp[0]}
+            removed = sorted(eid for eid, old in previous[kind].items() if old is not None and eid not in payloads)
+            changes[kind] = (upserts, removed)
             report.counts[f"{kind}_changed"] = len(upserts)
             report.counts[f"{kind}_removed"] = len(removed)
+        merged = live if plan is None else plan.added
+        unmerged = [] if plan is None else [c for c in plan.gone if c not in live]
+        ws.state.record_merge(changes, merged, unmerged, mark, every_extraction=plan is None)
+    crash_point("element_summaries:merged")
+    with report.timed("prune"):
+        report.counts["pruned_extractions"] = ws.state.prune_extractions(ws.extractor_key, ws.extractor_family)
+    report.counts["full_merge"] = int(plan is None)
     # Run metadata is for operators, not for the groups: only entities that unrestricted documents alone support.
     restricted = ws.state.restricted_documents()
     report.sample = [
@@ -62,6 +89,55 @@ def summarize_elements(ws: Workspace) -> StageReport:
         for e in sorted(entities, key=lambda e: (-e.mention_count, e.name)) if not restricted.keys() & set(e.doc_ids)
     ][:10]
     return report
+
+
+# Part of the merge's mark: bump it when the same extractions would merge into other elements, so the next run
+# merges the whole corpus again.
+MERGE_RULE_VERSION = 1
+
+
+def merge_mark(ws: Workspace, limits: tuple[int, int], catalog: CatalogResolution) -> str:
+    """Everything besides the extractions that the merged elements depend on."""
+    return content_hash(str(MERGE_RULE_VERSION), ws.extractor_key, ws.extractor_family,
+                        ws.settings.ontology.model_dump_json(), json.dumps(ws.settings.extraction.aliases, sort_keys=True),
+                        json.dumps(limits), json.dumps(dataclasses.asdict(catalog), sort_keys=True))
+
+
+@dataclasses.dataclass(frozen=True)
+class _IncrementalPlan:
+    added: dict[str, tuple[str, str]]  # chunk id -> (extractor key, digest): live extractions not merged yet
+    gone: dict[str, tuple[str, str]]  # merged extractions no longer live as they were
+    touched: ElementKeys  # the elements the changed extractions mention, before or after the change
+    chunks_to_read: set[str]  # every chunk that mentions one of them
+    previous: dict[str, dict[str, str | None]]  # kind -> touched element id -> its stored hash (None: new)
+
+
+def _incremental_plan(ws: Workspace, live: dict[str, tuple[str, str]], mark: str, merge) -> _IncrementalPlan | None:
+    """What to merge again after the extractions changed, or None for the whole corpus."""
+    if ws.state.stage_mark("element_summaries") != mark:
+        return None
+    merged = ws.state.merged_extractions()
+    added = {c: v for c, v in live.items() if merged.get(c) != v}
+    gone = {c: v for c, v in merged.items() if live.get(c) != v}
+    earlier = ws.state.extraction_payloads({c: key for c, (key, _) in gone.items()})
+    if any(earlier.get(c, (None,))[0] != digest for c, (_, digest) in gone.items()):
+        return None  # replaced in place (an extraction tried again): what it said before is unknown
+    changed = [("", extraction_from_json(c, payload)) for c, (_, payload) in earlier.items()]
+    changed += [(doc_id, extraction) for doc_id, _, extraction in
+                ws.state.live_extractions(ws.extractor_key, ws.extractor_family, added)]
+    touched_entities, touched_relationships = merge(changed)
+    chunks = set(added)
+    previous: dict[str, dict[str, str | None]] = {}
+    for kind, ids in (("entity", [e.entity_id for e in touched_entities]),
+                      ("relationship", [r.relationship_id for r in touched_relationships])):
+        stored = ws.state.element_payloads(kind, ids)
+        for payload in stored.values():
+            if len(payload["chunk_ids"]) >= MAX_PROVENANCE:
+                return None  # its list of chunks is cut short
+            chunks.update(payload["chunk_ids"])
+        hashes = ws.state.element_hashes(kind, element_ids=ids)
+        previous[kind] = {eid: hashes.get(eid) for eid in ids}
+    return _IncrementalPlan(added, gone, ElementKeys.of(touched_entities, touched_relationships), chunks, previous)
 
 
 def _extract_again_with_catalog_names(ws: Workspace, report: StageReport) -> int:

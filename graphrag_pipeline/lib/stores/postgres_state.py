@@ -34,6 +34,8 @@ _UPSERT_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "source_marks": (("source", "shard"), ("modified_through", "full_read_at")),
     "seen_sources": (("doc_id",), ("shard", "content_hash")),
     "source_extractions": (("doc_id",), ("payload",)),
+    "merged_extractions": (("chunk_id",), ("extractor_key", "payload_hash")),
+    "stage_marks": (("stage",), ("mark",)),
 }
 _INSERT_OR_REPLACE = re.compile(r"INSERT OR REPLACE INTO (\w+) VALUES")
 
@@ -76,7 +78,8 @@ class PostgresStateStore(state.StateStore):
     # Version 2 stores payloads compressed, which a TEXT column refuses: they become BYTEA, the JSON already there
     # as its UTF-8 bytes (state.unpack_payload reads both).
     MIGRATIONS = {2: "; ".join(f"ALTER TABLE {table} ALTER COLUMN payload TYPE BYTEA USING convert_to(payload, 'UTF8')"
-                               for table in state.PAYLOAD_TABLES)}
+                               for table in state.PAYLOAD_TABLES),
+                  3: ""}
 
     def __init__(self, url: str, *, read_only: bool = False):
         self.url = url
