@@ -671,6 +671,9 @@ class StateStore:
                 [(kind, eid, h, pack_payload(payload)) for eid, (h, payload) in upserts.items()],
             )
 
+    def element_count(self, kind: str) -> int:
+        return self.query("SELECT COUNT(*) FROM elements WHERE kind = ?", (kind,))[0][0]
+
     def element_payloads(self, kind: str, element_ids: Iterable[str] | None = None) -> dict[str, dict]:
         if element_ids is None:
             rows = self.query("SELECT element_id, payload FROM elements WHERE kind = ?", (kind,))

@@ -25,6 +25,7 @@ from graphrag_pipeline.lib.state import (
     SchemaVersionError,
     StateStore,
     extraction_to_json,
+    payload_digest,
     unpack_payload,
 )
 from graphrag_pipeline.lib.stores.postgres_state import PostgresStateStore
@@ -228,6 +229,41 @@ def test_extractions_of_a_family_stand_in_until_replaced(state: StateStoreProtoc
     state.replace_chunks(doc, 0, _chunks(doc, 1), "k")  # a#1 is gone
     assert state.prune_extractions("rules+v2", "rules") == 2  # a#1's old one, a#0's replaced old one
     assert state.extractions(["a#0", "a#1"], "rules+v1") == {}
+
+
+def test_what_the_elements_were_merged_from(state: StateStoreProtocol) -> None:
+    docs = [_document("b", "beta"), _document("a", "alpha")]
+    state.upsert_documents(docs, {"a": 0, "b": 0})
+    for doc in docs:
+        state.replace_chunks(doc, 0, _chunks(doc, 2), "k")
+    state.store_extractions("rules+v1", [_extraction(c, c) for c in ("a#0", "a#1", "b#0", "b#1")])
+    state.store_extractions("rules+v2", [_extraction("b#1", "b#1 again")])
+    live = state.live_extraction_hashes("rules+v2", "rules")
+    assert {c: key for c, (key, _) in live.items()} == {"a#0": "rules+v1", "a#1": "rules+v1", "b#0": "rules+v1",
+                                                         "b#1": "rules+v2"}
+    # Some chunks, read in the order of the whole read (documents, then positions), whatever order they are asked in.
+    some = [(d, c, e.entities[0].name) for d, c, e in state.live_extractions("rules+v2", "rules", ["b#1", "a#1", "b#0"])]
+    assert some == [("a", "a#1", "a#1"), ("b", "b#0", "b#0"), ("b", "b#1", "b#1 again")]
+    earlier = state.extraction_payloads({"b#1": "rules+v1", "a#0": "rules+v2"})  # a#0 has none under rules+v2
+    assert list(earlier) == ["b#1"]
+    digest, payload = earlier["b#1"]
+    assert digest == payload_digest(payload) != live["b#1"][1]
+    assert json.loads(unpack_payload(payload))["entities"][0][0] == "b#1"
+
+    assert (state.stage_mark("element_summaries"), state.merged_extractions()) == (None, {})
+    state.record_merge({"entity": ({"e1": ("h1", '{"name": "one"}'), "e2": ("h2", "{}")}, [])}, live, [], "m1",
+                       every_extraction=True)
+    assert state.merged_extractions() == live and state.stage_mark("element_summaries") == "m1"
+    state.record_merge({"entity": ({"e3": ("h3", "{}")}, ["e1"]), "relationship": ({"r1": ("h4", "{}")}, [])},
+                       {"a#0": ("rules+v2", "d0")}, ["b#0"], "m2", every_extraction=False)
+    assert {c: v for c, v in state.merged_extractions().items() if c in ("a#0", "b#0")} == {"a#0": ("rules+v2", "d0")}
+    assert state.element_hashes("entity", element_ids=["e1", "e2", "e3"]) == {"e2": "h2", "e3": "h3"}
+    assert (state.element_count("entity"), state.element_count("relationship")) == (2, 1)
+    state.record_merge({}, {}, [], "m3", every_extraction=True)
+    assert state.merged_extractions() == {} and state.stage_mark("element_summaries") == "m3"
+    # Elements written by anything but a merge (an import) were not merged from what the bookkeeping says.
+    state.replace_elements("entity", {"e4": ("h5", "{}")}, [])
+    assert state.stage_mark("element_summaries") is None
 
 
 def test_source_bookkeeping(state: StateStoreProtocol) -> None:

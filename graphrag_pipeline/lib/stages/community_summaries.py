@@ -42,31 +42,32 @@ def summarize_communities(ws: Workspace) -> StageReport:
 
     report = StageReport("community_summaries")
     config = ws.settings.communities
-    communities = [
-        c for c in (community_from_payload(p) for p in ws.state.community_payloads().values())
-        if len(c.entity_ids) >= config.min_size
-    ]
-    # Read from the graph store, which the graph stage has made equal to the merged elements: its records are the
-    # fields a summary reads, without the payloads' description parts (a third of the time of a re-sync).
-    entities = ws.graph_store.get_entities({eid for c in communities for eid in c.entity_ids})
-    previous = ws.state.community_summary_hashes()
-    reported_by_llm = {
-        c.community_id for c in communities
-        if ws.settings.summaries.summarizer == "llm" and c.level in ws.settings.summaries.report_levels
-    }
-    # The summarizer (model, prompt version, input budget) is part of a summary's identity: changing it redoes
-    # exactly the summaries it writes.
-    summarizer_key = f"llm:{ws.settings.llm.provider}:{ws.settings.llm.model}:{report_version(ws.settings.summaries)}"
-    titles = ws.state.document_titles({doc for c in communities for eid in c.entity_ids
-                                       for doc in entities[eid].doc_ids})
-    sources = {c.community_id: source_titles_of(c, entities, titles) for c in communities}
-    hashes = {
-        c.community_id: content_hash(community_content_hash(c, entities, sources[c.community_id]), summarizer_key)
-        if c.community_id in reported_by_llm else community_content_hash(c, entities, sources[c.community_id])
-        for c in communities
-    }
-    todo = [c for c in communities if previous.get(c.community_id) != hashes[c.community_id]]
-    removed = sorted(set(previous) - set(hashes))
+    with report.timed("diff"):  # which communities changed: their members' records and sources, hashed
+        communities = [
+            c for c in (community_from_payload(p) for p in ws.state.community_payloads().values())
+            if len(c.entity_ids) >= config.min_size
+        ]
+        # Read from the graph store, which the graph stage has made equal to the merged elements: its records are the
+        # fields a summary reads, without the payloads' description parts (a third of the time of a re-sync).
+        entities = ws.graph_store.get_entities({eid for c in communities for eid in c.entity_ids})
+        previous = ws.state.community_summary_hashes()
+        reported_by_llm = {
+            c.community_id for c in communities
+            if ws.settings.summaries.summarizer == "llm" and c.level in ws.settings.summaries.report_levels
+        }
+        # The summarizer (model, prompt version, input budget) is part of a summary's identity: changing it redoes
+        # exactly the summaries it writes.
+        summarizer_key = f"llm:{ws.settings.llm.provider}:{ws.settings.llm.model}:{report_version(ws.settings.summaries)}"
+        titles = ws.state.document_titles({doc for c in communities for eid in c.entity_ids
+                                           for doc in entities[eid].doc_ids})
+        sources = {c.community_id: source_titles_of(c, entities, titles) for c in communities}
+        hashes = {
+            c.community_id: content_hash(community_content_hash(c, entities, sources[c.community_id]), summarizer_key)
+            if c.community_id in reported_by_llm else community_content_hash(c, entities, sources[c.community_id])
+            for c in communities
+        }
+        todo = [c for c in communities if previous.get(c.community_id) != hashes[c.community_id]]
+        removed = sorted(set(previous) - set(hashes))
     with report.timed("relationships"):
         relationships_of = _relationships_by_community(ws, todo)
     generic_types = generic_entity_types(ws.settings)

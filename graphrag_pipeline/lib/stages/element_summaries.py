@@ -78,6 +78,7 @@ def summarize_elements(ws: Workspace) -> StageReport:
         merged = live if plan is None else plan.added
         unmerged = [] if plan is None else [c for c in plan.gone if c not in live]
         ws.state.record_merge(changes, merged, unmerged, mark, every_extraction=plan is None)
+        report.counts.update({f"{kind}_total": ws.state.element_count(kind) for kind in changes})
     crash_point("element_summaries:merged")
     with report.timed("prune"):
         report.counts["pruned_extractions"] = ws.state.prune_extractions(ws.extractor_key, ws.extractor_family)
