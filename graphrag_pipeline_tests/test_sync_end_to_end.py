@@ -20,7 +20,8 @@ from graphrag_pipeline.lib.extraction import OfflineExtractor
 from graphrag_pipeline.lib.ids import stable_shard
 from graphrag_pipeline.lib.onnx_encoder import OnnxEmbedder
 from graphrag_pipeline.lib.models import EntityMention
-from graphrag_pipeline.lib.stages import build_everything, summarize_elements, vectors
+from graphrag_pipeline.lib import faults
+from graphrag_pipeline.lib.stages import STAGES, build_everything, summarize_elements, sync_graph, vectors
 from graphrag_pipeline.lib.stages.report import StageReport
 from graphrag_pipeline.lib.stages.vectors import GLOBAL_SHARD, sync_points
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES
@@ -147,11 +148,16 @@ def test_an_incremental_sync_equals_a_from_scratch_build(synced):
     assert_same_index(synced["after_delete"], synced["fresh_delete"])
 
 
-def test_the_merge_reads_only_the_chunks_that_mention_what_the_edit_touched(synced):
-    merge = synced["edit_reports"]["element_summaries"].counts
+def test_the_merge_and_the_graph_sync_read_only_what_the_edit_touched(synced):
+    reports = synced["edit_reports"]
+    chunks = reports["embeddings"].counts["chunks"]
+    merge = reports["element_summaries"].counts
     assert merge["full_merge"] == 0
-    assert 0 < merge["merged_chunks"] < synced["edit_reports"]["embeddings"].counts["chunks"] / 2
+    assert 0 < merge["merged_chunks"] < chunks / 2
     assert 0 < merge["entity_changed"] + merge["relationship_changed"]
+    graph = reports["graph"].counts
+    assert graph["whole_sync"] == 0
+    assert 0 < graph["chunk_mentions_written"] < chunks / 2
 
 
 def test_a_deleted_document_leaves_nothing_derived_only_from_it(synced):
@@ -249,3 +255,32 @@ def test_the_merge_starts_over_when_what_it_was_merged_from_is_unknown(tmp_path)
         assert summarize_elements(ws).counts["full_merge"] == 1
         assert "Zebra Gateway" not in {e["name"] for e in ws.state.element_payloads("entity").values()}
         assert summarize_elements(ws).counts["full_merge"] == 0
+
+
+def test_a_graph_sync_stopped_half_way_makes_the_next_one_whole(tmp_path):
+    """Stopped after the graph writes and before the entity points: the store agrees with the bookkeeping, so only
+    the stage's mark tells the next sync that the points are behind."""
+    (tmp_path / "corpus").mkdir()
+    for path in RUNBOOKS[:3]:
+        shutil.copy(path, tmp_path / "corpus" / path.name)
+    settings = folder_settings(tmp_path / "index", tmp_path / "corpus")
+    build_with(settings)
+    edited = tmp_path / "corpus" / RUNBOOKS[0].name
+    edited.write_text(edited.read_text() + "\n## Escalation\n\nPage the payments-gateway owners.\n")
+
+    class Stopped(Exception):
+        pass
+
+    def stop_before_the_points(point: str) -> None:
+        if point == "graph:mentions-written":
+            raise Stopped(point)
+
+    with Workspace(settings) as ws:
+        for stage in STAGES[:5]:
+            stage.execute(ws, range(settings.shard_count))
+        with faults.watching(stop_before_the_points), pytest.raises(Stopped):
+            sync_graph(ws)
+        again = sync_graph(ws).counts
+        assert (again["whole_sync"], again["entities_written"]) == (1, 0)
+        assert again["entities_upserted"] >= 1  # the new entities' points, which the stopped sync did not write
+        assert sync_graph(ws).counts["whole_sync"] == 0

@@ -154,7 +154,7 @@ CREATE TABLE IF NOT EXISTS merged_extractions (   -- the extraction of each chun
     extractor_key TEXT NOT NULL,
     payload_hash TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS stage_marks (          -- what a corpus-wide stage's stored output was made with
+CREATE TABLE IF NOT EXISTS stage_marks (          -- what a corpus-wide stage's output was made with, or that it is unfinished
     stage TEXT PRIMARY KEY,
     mark TEXT NOT NULL
 );
@@ -611,6 +611,12 @@ class StateStore:
     def stage_mark(self, stage: str) -> str | None:
         rows = self.query("SELECT mark FROM stage_marks WHERE stage = ?", (stage,))
         return rows[0][0] if rows else None
+
+    def record_stage_mark(self, stage: str, mark: str | None) -> None:
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM stage_marks WHERE stage = ?", (stage,))
+            if mark is not None:
+                conn.execute("INSERT INTO stage_marks VALUES (?, ?)", (stage, mark))
 
     def record_merge(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Iterable, Sequence
 
 from graphrag_pipeline.lib.faults import crash_point
 from graphrag_pipeline.lib.ids import content_hash
@@ -10,9 +11,15 @@ from graphrag_pipeline.lib.merge import entity_from_payload, relationship_from_p
 from graphrag_pipeline.lib.models import Entity
 from graphrag_pipeline.lib.stages.report import StageReport, accounted
 from graphrag_pipeline.lib.state import UNSYNCED
-from graphrag_pipeline.lib.stages.vectors import GLOBAL_SHARD, sync_points
-from graphrag_pipeline.lib.stores.protocols import ENTITIES
+from graphrag_pipeline.lib.stages.vectors import GLOBAL_SHARD, reconcile_collection, sync_points
+from graphrag_pipeline.lib.stores.protocols import ENTITIES, GraphStore
 from graphrag_pipeline.lib.workspace import Workspace
+
+
+# The graph stage's mark once a sync has finished. It is forgotten before a sync's first write, so the sync after a
+# killed one is whole: only a finished sync leaves the store, its mentions and the entity points all equal to what the
+# bookkeeping says, which is what lets the next one touch only the changed elements' neighbourhood.
+GRAPH_SYNCED = "synced"
 
 
 @accounted
@@ -20,20 +27,57 @@ def sync_graph(ws: Workspace) -> StageReport:
     """Write changed entities, relationships and chunk mentions to the graph store, delete what disappeared, and
     index entity names for question linking.
 
-    Crash-safe: an element's bookkeeping is marked ``UNSYNCED`` before it is written and gets its hash only after,
-    and a deleted element leaves the bookkeeping only after the store deleted it, so a rerun after a kill anywhere
-    redoes exactly the unfinished writes. A store that lost or gained entries behind the bookkeeping's back (a
-    deleted or replaced graph file) is reconciled first, by counts and then by ids."""
+    After a finished sync only the changed elements are read, and only the chunks they are or were mentioned in get
+    their mentions written again; otherwise (a first build, a killed sync, a store that lost or gained entries)
+    every element is. Crash-safe: an element's bookkeeping is marked ``UNSYNCED`` before it is written and gets its
+    hash only after, and a deleted element leaves the bookkeeping only after the store deleted it, so a rerun after a
+    kill anywhere redoes exactly the unfinished writes. A store that lost or gained entries behind the bookkeeping's
+    back (a deleted or replaced graph file) is reconciled first, by counts and then by ids."""
     report = StageReport("graph")
     graph = ws.graph_store
     with report.timed("diff"):
         current = {kind: ws.state.element_hashes(kind) for kind in ("entity", "relationship")}
         synced = {kind: ws.state.element_hashes(kind, table="synced") for kind in ("entity", "relationship", "mentions")}
-    entities = {eid: entity_from_payload(p) for eid, p in ws.state.element_payloads("entity").items()}
     with report.timed("verify"):
-        _reconcile_with_store(ws, synced, report)
+        store_differed = _reconcile_with_store(ws, synced, report)
+        store_differed |= bool(reconcile_collection(ws, ENTITIES, report))  # lost points: only a whole sync rewrites them
     changed = {k: sorted(e for e, h in current[k].items() if synced[k].get(e) != h) for k in current}
     removed = {k: sorted(set(synced[k]) - set(current[k])) for k in current}
+    whole = store_differed or ws.state.stage_mark(report.stage) != GRAPH_SYNCED
+    report.counts["whole_sync"] = int(whole)
+    if whole or any(changed.values()) or any(removed.values()):
+        _write(ws, changed, removed, current, synced["mentions"], whole, report)
+    stats = graph.stats()
+    report.counts.update(
+        entities=stats.entity_count,
+        relationships=stats.relationship_count,
+        entities_written=len(changed["entity"]),
+        relationships_written=len(changed["relationship"]),
+        entities_deleted=len(removed["entity"]),
+        relationships_deleted=len(removed["relationship"]),
+    )
+    report.sample = [{"type": t, "entities": n} for t, n in sorted(stats.entity_types.items(), key=lambda kv: -kv[1])]
+    return report
+
+
+def _write(
+    ws: Workspace,
+    changed: dict[str, list[str]],
+    removed: dict[str, list[str]],
+    current: dict[str, dict[str, str]],
+    synced_mentions: dict[str, str],
+    whole: bool,
+    report: StageReport,
+) -> None:
+    graph = ws.graph_store
+    with report.timed("read"):
+        entities = {eid: entity_from_payload(p)
+                    for eid, p in ws.state.element_payloads("entity", None if whole else changed["entity"]).items()}
+        if whole:
+            mentions, scope = _mentions_of(entities.values()), None
+        else:
+            mentions, scope = _mentions_after(graph, entities, removed["entity"])
+    ws.state.record_stage_mark(report.stage, None)
     progress = ws.progress(report.stage, "write elements", len(changed["entity"]) + len(changed["relationship"]))
     with report.timed("write"):
         for kind in ("entity", "relationship"):
@@ -62,7 +106,7 @@ def sync_graph(ws: Workspace) -> StageReport:
             ws.state.record_synced("relationship", {r: current["relationship"][r] for r in ids}, [])
             progress.advance(len(ids))
     with report.timed("mentions"):
-        _sync_mentions(ws, entities, synced["mentions"], report)
+        _sync_mentions(ws, mentions, synced_mentions, scope, report)
     crash_point("graph:mentions-written")
     wanted = {
         eid: (GLOBAL_SHARD, e.name, {"doc_ids": list(e.doc_ids[:200]), "name": e.name, "type": e.type})
@@ -70,21 +114,12 @@ def sync_graph(ws: Workspace) -> StageReport:
     }
     # A name keys one entity's point, which keeps its vector while the name stays: caching it as well held a second
     # copy of ten thousand vectors on musique-100 (most of the embedding cache) that nothing read.
-    sync_points(ws, ENTITIES, wanted, None, report, cache_new_texts=False)
-    stats = graph.stats()
-    report.counts.update(
-        entities=stats.entity_count,
-        relationships=stats.relationship_count,
-        entities_written=len(changed["entity"]),
-        relationships_written=len(changed["relationship"]),
-        entities_deleted=len(removed["entity"]),
-        relationships_deleted=len(removed["relationship"]),
-    )
-    report.sample = [{"type": t, "entities": n} for t, n in sorted(stats.entity_types.items(), key=lambda kv: -kv[1])]
-    return report
+    sync_points(ws, ENTITIES, wanted, None, report, cache_new_texts=False,
+                only=None if whole else {*changed["entity"], *removed["entity"]})
+    ws.state.record_stage_mark(report.stage, GRAPH_SYNCED)
 
 
-def _reconcile_with_store(ws: Workspace, synced: dict[str, dict[str, str]], report: StageReport) -> None:
+def _reconcile_with_store(ws: Workspace, synced: dict[str, dict[str, str]], report: StageReport) -> bool:
     """Mark ``UNSYNCED`` (in ``synced``) every entity, relationship and chunk whose presence in the graph store
     differs from the bookkeeping, so the diff rewrites what the store lost and deletes what it holds unbooked.
     Counts decide whether ids are compared at all: after a clean run or a kill they agree, or every disagreeing
@@ -92,6 +127,7 @@ def _reconcile_with_store(ws: Workspace, synced: dict[str, dict[str, str]], repo
     graph = ws.graph_store
     stats = graph.stats()
     stored_entities = None
+    differed = False
     for kind, count, list_ids in (
         ("entity", stats.entity_count, graph.all_entity_ids),
         ("relationship", stats.relationship_count, graph.all_relationship_ids),
@@ -104,6 +140,7 @@ def _reconcile_with_store(ws: Workspace, synced: dict[str, dict[str, str]], repo
         differing = stored.symmetric_difference(synced[kind])
         synced[kind].update(dict.fromkeys(differing, UNSYNCED))
         report.counts[f"{kind}_store_differences"] = len(differing)
+        differed |= bool(differing)
     if stats.chunk_count != len(synced["mentions"]):
         # Which chunks the store holds, by inverting the mentions of every stored entity.
         stored_chunks = {
@@ -114,16 +151,47 @@ def _reconcile_with_store(ws: Workspace, synced: dict[str, dict[str, str]], repo
         differing = stored_chunks.symmetric_difference(synced["mentions"])
         synced["mentions"].update(dict.fromkeys(differing, UNSYNCED))
         report.counts["mentions_store_differences"] = len(differing)
+        differed |= bool(differing)
+    return differed
 
 
-def _sync_mentions(ws: Workspace, entities: dict[str, Entity], synced: dict[str, str], report: StageReport) -> None:
+def _mentions_of(entities: Iterable[Entity]) -> dict[str, list[str]]:
+    """Chunk id -> the ids of the entities mentioned in it, sorted."""
     by_chunk: dict[str, list[str]] = defaultdict(list)
-    for eid, entity in entities.items():
+    for entity in entities:
         for chunk_id in entity.chunk_ids:
-            by_chunk[chunk_id].append(eid)
-    current = {cid: content_hash(*sorted(eids)) for cid, eids in by_chunk.items()}
-    changed = {cid: sorted(by_chunk[cid]) for cid, h in current.items() if synced.get(cid) != h}
-    removed = sorted(set(synced) - set(current))
+            by_chunk[chunk_id].append(entity.entity_id)
+    return {chunk_id: sorted(eids) for chunk_id, eids in by_chunk.items()}
+
+
+def _mentions_after(
+    graph: GraphStore, changed: dict[str, Entity], removed: Sequence[str]
+) -> tuple[dict[str, list[str]], set[str]]:
+    """The mentions of every chunk a changed or removed entity is or was mentioned in (the scope), from what the store
+    holds for the other entities, which are unchanged, and the changed ones' new chunks."""
+    touched = {*changed, *removed}
+    scope = {chunk_id for chunk_ids in graph.chunks_of_entities(touched).values() for chunk_id in chunk_ids}
+    scope.update(chunk_id for entity in changed.values() for chunk_id in entity.chunk_ids)
+    by_chunk: dict[str, list[str]] = {
+        chunk_id: [eid for eid in eids if eid not in touched] for chunk_id, eids in graph.entities_of_chunks(scope).items()
+    }
+    for eid, entity in changed.items():
+        for chunk_id in entity.chunk_ids:
+            by_chunk.setdefault(chunk_id, []).append(eid)
+    return {chunk_id: sorted(eids) for chunk_id, eids in by_chunk.items() if eids}, scope
+
+
+def _sync_mentions(
+    ws: Workspace, mentions: dict[str, list[str]], synced: dict[str, str], scope: set[str] | None, report: StageReport
+) -> None:
+    """Make the store's mentions equal ``mentions``: of every chunk, or (``scope``) of those chunks, each written."""
+    current = {cid: content_hash(*eids) for cid, eids in mentions.items()}
+    if scope is None:
+        changed = {cid: mentions[cid] for cid, h in current.items() if synced.get(cid) != h}
+        removed = sorted(set(synced) - set(current))
+    else:
+        changed = mentions
+        removed = sorted(scope - set(current))
     ws.state.record_synced("mentions", dict.fromkeys(changed, UNSYNCED), [])
     if removed:
         ws.graph_store.delete_chunks(removed)

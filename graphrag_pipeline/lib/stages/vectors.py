@@ -4,7 +4,7 @@ embeddings, graph and community-summaries stages)."""
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 import numpy as np
 
@@ -106,6 +106,7 @@ def sync_points(
     report: StageReport,
     vectors_of: Callable[[Sequence[str]], np.ndarray] | None = None,
     cache_new_texts: bool = True,
+    only: Collection[str] | None = None,
 ) -> None:
     """Make `collection` (restricted to `shards`) hold exactly `wanted`, embedding only what is new or changed: a
     point whose text is unchanged keeps its stored vector, whatever happened to its payload. Each batch is booked
@@ -113,12 +114,15 @@ def sync_points(
     and deletes what a killed run wrote for points that have since disappeared.
     ``vectors_of``: computes the vectors of a batch of point ids instead of embedding their texts, which then only
     decide (with the payload) whether a point changed. ``cache_new_texts=False``: the vectors of new texts are not
-    added to the embedding cache (texts that only ever key one point: the store keeps their vector already)."""
+    added to the embedding cache (texts that only ever key one point: the store keeps their vector already).
+    ``only``: the ids `wanted` is about; the collection's other points are left as they are."""
     report.counts.setdefault("embedded", 0)
     report.counts.setdefault("embedding_cache_hits", 0)
     report.counts.setdefault("vectors_kept", 0)
     reconcile_collection(ws, collection, report)
     indexed = ws.state.indexed_points(collection, shards)
+    if only is not None:
+        indexed = {pid: key for pid, key in indexed.items() if pid in only}
     keys = {pid: point_key(ws.embedder.name, text, payload) for pid, (_, text, payload) in wanted.items()}
     stale = [pid for pid, key in keys.items() if indexed.get(pid) != key]
     removed = sorted(set(indexed) - set(wanted))

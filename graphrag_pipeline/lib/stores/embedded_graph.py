@@ -65,6 +65,7 @@ CREATE INDEX IF NOT EXISTS mentions_by_entity ON mentions (entity_id, chunk_id);
 
 # Id lists travel as one JSON array parameter, expanded by json_each: no bound-parameter limit, one statement.
 _IDS = "(SELECT value FROM json_each(?))"
+_ID_SEPARATOR = " "
 
 _ENTITY_COLUMNS = "entity_id, name, canonical, type, description, mention_count, chunk_ids, doc_ids, aliases"
 _RELATIONSHIP_COLUMNS = (
@@ -394,21 +395,26 @@ class EmbeddedGraphStore:
         sql = f"SELECT {_RELATIONSHIP_COLUMNS} FROM relationships WHERE relationship_id IN {_IDS}"
         return {row[0]: _relationship_from_row(row) for row in self._query(sql, (_ids_json(relationship_ids),))}
 
-    def _grouped(self, sql: str, keys: Iterable[str]) -> dict[str, list[str]]:
+    def _grouped(self, key_column: str, value_column: str, keys: Iterable[str]) -> dict[str, list[str]]:
+        """key -> its values in mentions (sorted), for the keys given. One row per key, its values joined by SQLite:
+        a row per (key, value) made two Python strings each, 3–6 ms of a question's graph scoring at 100k chunks
+        (1.3–4.3 ms joined). Ids never hold the separator (they are prefixed hex digests)."""
+        sql = (f"SELECT {key_column}, group_concat({value_column}, '{_ID_SEPARATOR}') FROM mentions "
+               f"WHERE {key_column} IN {_IDS} GROUP BY {key_column}")
         grouped: dict[str, list[str]] = {}
-        for key, value in self._query(sql, (_ids_json(keys),)):
-            grouped.setdefault(key, []).append(value)
+        for key, joined in self._query(sql, (_ids_json(keys),)):
+            values = joined.split(_ID_SEPARATOR)
+            values.sort()  # the index hands them over in order, which the aggregate does not promise to keep
+            grouped[key] = values
         return grouped
 
     def entities_of_chunks(self, chunk_ids: Iterable[str]) -> dict[str, list[str]]:
         """Chunk id → entity ids it mentions (sorted); chunks without mentions are absent."""
-        sql = f"SELECT chunk_id, entity_id FROM mentions WHERE chunk_id IN {_IDS} ORDER BY chunk_id, entity_id"
-        return self._grouped(sql, chunk_ids)
+        return self._grouped("chunk_id", "entity_id", chunk_ids)
 
     def chunks_of_entities(self, entity_ids: Iterable[str]) -> dict[str, list[str]]:
         """Entity id → chunk ids mentioning it (sorted); entities without mentions are absent."""
-        sql = f"SELECT entity_id, chunk_id FROM mentions WHERE entity_id IN {_IDS} ORDER BY entity_id, chunk_id"
-        return self._grouped(sql, entity_ids)
+        return self._grouped("entity_id", "chunk_id", entity_ids)
 
     def relationships_between(self, entity_ids: Iterable[str], limit: int = 50) -> list[Relationship]:
         """Relationships with both ends in ``entity_ids``, heaviest first (ties by relationship id)."""
