@@ -40,7 +40,13 @@ from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.lib.stores.protocols import SCORE_TOLERANCE, Embedder, TraversalHit
 from graphrag_pipeline.lib.workspace import Workspace
 from graphrag_pipeline.query.engine import QueryEngine
-from graphrag_pipeline.query.retrievers import MAX_CHUNKS_PER_ENTITY, GraphRetriever, IndexReader, Retrieval
+from graphrag_pipeline.query.retrievers import (
+    MAX_CHUNKS_PER_ENTITY,
+    GraphRetriever,
+    IndexReader,
+    Retrieval,
+    strongest_contributions,
+)
 
 from .conftest import folder_settings
 
@@ -473,6 +479,24 @@ def test_a_question_without_an_identifier_leaves_the_keyword_index_unbuilt(plain
 
 
 # --- 5. fusion arithmetic -----------------------------------------------------------------------------------------
+
+
+def test_each_chunk_keeps_its_largest_contribution_and_the_smallest_entity_giving_it():
+    """The bulk assignment equals the pair-by-pair maximum, ties (clipped contributions are often equal) included."""
+    random = np.random.default_rng(7)
+    chunks = [f"c{i}" for i in range(40)]
+    for _ in range(200):
+        values = [0.0, 0.25, 0.5, 0.75, 1.0]  # few values, so that ties are common
+        plain = [(float(random.choice(values)), f"e{i:02d}", list(random.choice(chunks, 6, replace=False)))
+                 for i in random.permutation(12)]
+        singular = [(float(random.choice(values)), f"e{random.integers(12):02d}", str(random.choice(chunks)))
+                    for _ in range(5)]
+        pairs = [(v, eid, c) for v, eid, chunk_ids in plain for c in chunk_ids] + singular
+        expected: dict[str, tuple[float, str]] = {}
+        for value, eid, chunk in sorted(pairs, key=lambda pair: pair[1]):  # the first of equals wins
+            if value > expected.get(chunk, (0.0, ""))[0]:
+                expected[chunk] = (value, eid)
+        assert strongest_contributions(plain, singular) == expected
 
 
 @pytest.mark.parametrize("question", [BRIDGE_QUESTION, HUB_QUESTION, LAGOON_QUESTION])

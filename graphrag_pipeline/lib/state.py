@@ -545,24 +545,24 @@ class StateStore:
             return {chunk_id: (key, payload_digest(payload))
                     for _, chunk_id, key, payload in self._live_extraction_rows(extractor_key, family, None)}
 
-    _LIVE_EXTRACTIONS = """SELECT c.doc_id, c.chunk_id, e.extractor_key, e.payload FROM chunks c
-        JOIN extractions e ON e.chunk_id = c.chunk_id AND (e.extractor_key = ? OR e.extractor_key = ? OR e.extractor_key LIKE ?)"""
-    _LIVE_ORDER = " ORDER BY c.doc_id, c.position, e.extractor_key = ? DESC, e.extractor_key"
+    _LIVE_EXTRACTIONS = """SELECT c.doc_id, c.chunk_id, e.extractor_key, e.payload FROM chunks c {scope}
+        JOIN extractions e ON e.chunk_id = c.chunk_id AND (e.extractor_key = ? OR e.extractor_key = ? OR e.extractor_key LIKE ?)
+        ORDER BY c.doc_id, c.position, e.extractor_key = ? DESC, e.extractor_key"""
 
     def _live_extraction_rows(
         self, extractor_key: str, family: str, chunk_ids: Iterable[str] | None
     ) -> Iterator[tuple[str, str, str, Any]]:
-        """(doc_id, chunk_id, extractor key, payload), one row per chunk, the preferred key first."""
-        keys = (extractor_key, family, f"{family}+%")
-        if chunk_ids is None:
-            rows: Iterable[tuple] = self._connection().execute(
-                self._LIVE_EXTRACTIONS + self._LIVE_ORDER, (*keys, extractor_key))
-        else:  # batches of ids, put back in the order of the whole read
-            position = {cid: p for cid, p in self._rows_with_ids(
-                "SELECT chunk_id, position FROM chunks WHERE chunk_id IN ({ids})", set(chunk_ids))}
-            rows = sorted(self._rows_with_ids(self._LIVE_EXTRACTIONS + " AND c.chunk_id IN ({ids})",
-                                              list(position), *keys),
-                          key=lambda r: (r[0], position[r[1]], r[2] != extractor_key, r[2]))
+        """(doc_id, chunk_id, extractor key, payload), one row per chunk, the preferred key first, in the database's
+        order, so that a read of some chunks keeps the order they have in a read of all (PostgreSQL orders the
+        documents' ids by its collation, not by code point)."""
+        conn = self._connection()
+        scope = ""
+        if chunk_ids is not None:
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS chunk_scope (chunk_id TEXT PRIMARY KEY)")
+            conn.execute("DELETE FROM chunk_scope")
+            conn.executemany("INSERT INTO chunk_scope VALUES (?)", [(c,) for c in set(chunk_ids)])
+            scope = "JOIN chunk_scope s ON s.chunk_id = c.chunk_id"
+        rows = conn.execute(self._LIVE_EXTRACTIONS.format(scope=scope), (extractor_key, family, f"{family}+%", extractor_key))
         previous = None
         for row in rows:
             if row[1] != previous:

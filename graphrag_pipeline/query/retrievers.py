@@ -470,20 +470,48 @@ class GraphRetriever(VectorRetriever):
         for key, entity_ids in names_of.items():
             for eid in entity_ids:
                 about.setdefault(eid, set()).add(key)
-        best: dict[str, tuple[float, str]] = {}
+        # Each chunk keeps its largest contribution, ties going to the smallest entity id. Most of an entity's chunks
+        # get the same one, so those are assigned in bulk, entities in rising order of it (the later overwrite);
+        # the few that differ (its subject's chunks, the entry chunk it came from) are compared one by one after.
+        plain: list[tuple[float, str, list[str]]] = []
+        singular: list[tuple[float, str, str]] = []
         for eid, chunk_ids in chunks_of.items():
             hit = reached[eid]
             about_it = directory.subject_chunks(about.get(eid, ()))
             bound = link_bounds.get(hit.path[0], 1.0)
             came_from, other_weight = origin.get(eid, ("", 0.0)) if hit.hops == 0 else ("", 0.0)
-            for chunk_id in chunk_ids:
-                activation = other_weight if chunk_id == came_from else hit.score
-                contribution = activation * specific[eid] * (SUBJECT_BONUS if chunk_id in about_it else 1.0)
-                contribution = min(contribution, bound)
-                if contribution > best.get(chunk_id, (0.0, ""))[0]:
-                    best[chunk_id] = (contribution, eid)
+            if about_it or came_from:
+                others = []
+                for chunk_id in chunk_ids:
+                    if chunk_id in about_it or chunk_id == came_from:
+                        activation = other_weight if chunk_id == came_from else hit.score
+                        bonus = SUBJECT_BONUS if chunk_id in about_it else 1.0
+                        singular.append((min(activation * specific[eid] * bonus, bound), eid, chunk_id))
+                    else:
+                        others.append(chunk_id)
+                chunk_ids = others
+            plain.append((min(hit.score * specific[eid], bound), eid, chunk_ids))
+        best = strongest_contributions(plain, singular)
         scores = {c: min(1.0, score) for c, (score, _) in best.items()}
         return scores, {c: eid for c, (_, eid) in best.items()}
+
+
+def strongest_contributions(
+    plain: list[tuple[float, str, list[str]]], singular: list[tuple[float, str, str]]
+) -> dict[str, tuple[float, str]]:
+    """Chunk → (its largest positive contribution, the smallest entity id giving it): ``plain`` holds one
+    contribution an entity gives each of its chunks, ``singular`` single (contribution, entity, chunk) pairs."""
+    best: dict[str, tuple[float, str]] = {}
+    ordered = sorted(plain, key=lambda item: item[1], reverse=True)
+    ordered.sort(key=lambda item: item[0])  # stable: of equal contributions, the smallest entity id comes last
+    for contribution, eid, chunk_ids in ordered:
+        if contribution > 0.0:
+            best.update(dict.fromkeys(chunk_ids, (contribution, eid)))
+    for contribution, eid, chunk_id in singular:
+        held = best.get(chunk_id)
+        if contribution > 0.0 and (held is None or contribution > held[0] or (contribution == held[0] and eid < held[1])):
+            best[chunk_id] = (contribution, eid)
+    return best
 
 
 class HybridRetriever(GraphRetriever):
