@@ -241,8 +241,9 @@ class StateStore:
 
     # Version -> the statements that bring an index of version - 1 to it. SQLite stores compressed payloads in their
     # TEXT columns as they are, so version 2 (compressed payloads) changes nothing in its tables; version 3 adds the
-    # element merge's bookkeeping (merged_extractions, stage_marks), which the schema above creates. An older
-    # pipeline would merge without keeping it, so the version refuses it the index.
+    # corpus-wide stages' bookkeeping, which the schema above creates: merged_extractions, and stage_marks (the
+    # merge's and the graph sync's). An older pipeline would merge or sync without keeping it, and a newer one would
+    # then trust it: the version refuses the older one the index.
     MIGRATIONS: dict[int, str] = {2: "", 3: ""}
 
     def _migrate(self) -> None:

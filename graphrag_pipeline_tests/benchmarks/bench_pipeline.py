@@ -106,8 +106,8 @@ def compact_counts(counts: dict[str, int], limit: int = 6) -> str:
 
 
 # The item each stage's rate is counted in (a report count), for items/s.
-STAGE_ITEMS = {"raw_documents": "documents", "chunks": "chunks", "embeddings": "chunks",
-               "extracted_elements": "chunks", "element_summaries": "elements", "graph": "entities",
+STAGE_ITEMS = {"raw_documents": "documents", "chunks": "chunks_written", "embeddings": "chunks",
+               "extracted_elements": "chunks", "element_summaries": "merged_chunks", "graph": "entities",
                "communities": "communities", "community_summaries": "communities"}
 
 
