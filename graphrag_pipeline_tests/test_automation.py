@@ -347,6 +347,34 @@ def test_one_shard_run_brings_the_whole_corpus_wide_chain_in_one_request(instanc
     assert settled.total_requested == 0
 
 
+def test_a_shard_run_landing_on_the_tick_the_chain_ended_brings_the_chain_again(instance):
+    """Between two evaluations the corpus-wide run ends and then another shard run lands: the later event wins, so
+    the new change is not taken as handled by the run that ended before it. When the chain ends after the shard run
+    (a run that built both), nothing is requested."""
+    from dagster import AssetKey, AssetMaterialization, evaluate_automation_conditions
+
+    from graphrag_pipeline.definitions import definitions_with
+    from graphrag_pipeline.defs.ingest.automation import CORPUS_WIDE_ASSETS
+
+    defs = definitions_with(GraphRAGResource())
+    cursor = evaluate_automation_conditions(defs=defs, instance=instance).cursor
+    instance.report_runless_asset_event(AssetMaterialization("extracted_elements", partition=shard_key(3)))
+    requested = evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
+    assert requested.total_requested == len(CORPUS_WIDE_ASSETS)
+
+    for name in CORPUS_WIDE_ASSETS:
+        instance.report_runless_asset_event(AssetMaterialization(name))
+    instance.report_runless_asset_event(AssetMaterialization("extracted_elements", partition=shard_key(5)))
+    again = evaluate_automation_conditions(defs=defs, instance=instance, cursor=requested.cursor)
+    assert all(again.get_num_requested(AssetKey(name)) == 1 for name in CORPUS_WIDE_ASSETS)
+
+    instance.report_runless_asset_event(AssetMaterialization("extracted_elements", partition=shard_key(7)))
+    for name in CORPUS_WIDE_ASSETS:
+        instance.report_runless_asset_event(AssetMaterialization(name))
+    settled = evaluate_automation_conditions(defs=defs, instance=instance, cursor=again.cursor)
+    assert settled.total_requested == 0
+
+
 def test_daily_corpus_refresh_skips_the_day_while_a_run_is_in_progress(instance):
     from dagster import AssetMaterialization, DagsterRunStatus
     from dagster._core.test_utils import create_run_for_test

@@ -45,11 +45,20 @@ from graphrag_pipeline.lib.stages import CORPUS_WIDE, PER_DOCUMENT
 PER_DOCUMENT_ASSETS = list(PER_DOCUMENT)
 CORPUS_WIDE_ASSETS = list(CORPUS_WIDE)
 
-# When a corpus-wide asset follows: a parent was updated since this asset was last requested or updated, and no
-# parent (no shard run) is still running — several shard runs landing close together make one corpus-wide run.
-# Unlike `eager()`, shard partitions that were never materialized (shards without documents) do not block it.
+# When a corpus-wide asset follows: a parent was updated since this asset was last requested or updated (or is
+# requested on this tick, so the chain goes in one run), and no parent (no shard run) is still running — several shard
+# runs landing close together make one corpus-wide run. Unlike `eager()`, shard partitions that were never
+# materialized (shards without documents) do not block it.
+# The two SINCEs compare times: `since_last_handled()` resets on an "or" of events, which carries no times, so a
+# shard run landing on the tick at which the previous corpus-wide run ended (or was requested) counted as handled by
+# it, and the change waited for the daily schedule. Each single event here carries its time, and the later one wins.
+_PARENT_UPDATED_SINCE_HANDLED = (
+    AutomationCondition.any_deps_match(AutomationCondition.newly_updated())
+    .since(AutomationCondition.newly_requested())
+    .since(AutomationCondition.newly_updated())
+)
 FOLLOWS_SHARD_RUNS = (
-    AutomationCondition.any_deps_updated().since_last_handled()
+    (_PARENT_UPDATED_SINCE_HANDLED | AutomationCondition.any_deps_match(AutomationCondition.will_be_requested()))
     & ~AutomationCondition.any_deps_in_progress()
     & ~AutomationCondition.in_progress()
 ).with_label("after shard runs")
