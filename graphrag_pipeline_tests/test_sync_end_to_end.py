@@ -14,7 +14,7 @@ from dagster import build_sensor_context
 
 from graphrag_pipeline.defs.ingest.automation import sensor_of
 from graphrag_pipeline.defs.resources import GraphRAGResource
-from graphrag_pipeline.lib.config import EmbedderConfig, load_settings
+from graphrag_pipeline.lib.config import EmbedderConfig, PipelineSettings, load_settings
 from graphrag_pipeline.lib.embedders import bundled_model_path
 from graphrag_pipeline.lib.extraction import OfflineExtractor
 from graphrag_pipeline.lib.ids import stable_shard
@@ -230,14 +230,20 @@ def test_texts_are_embedded_in_rounds_of_about_one_length(tmp_path, monkeypatch)
     assert rounds == [by_length[0:3], by_length[3:6], by_length[6:7]]
 
 
-def test_the_merge_starts_over_when_what_it_was_merged_from_is_unknown(tmp_path):
-    """An extraction replaced in place (a quarantined chunk extracted again) leaves no trace of what it said, and
-    new aliases change what every mention merges into: both make the next merge read the whole corpus."""
+def built_from_three_runbooks(tmp_path: Path) -> PipelineSettings:
+    """A small index of three runbooks in ``tmp_path`` (corpus/, index/), built; its settings."""
     (tmp_path / "corpus").mkdir()
     for path in RUNBOOKS[:3]:
         shutil.copy(path, tmp_path / "corpus" / path.name)
     settings = folder_settings(tmp_path / "index", tmp_path / "corpus")
     build_with(settings)
+    return settings
+
+
+def test_the_merge_starts_over_when_what_it_was_merged_from_is_unknown(tmp_path):
+    """An extraction replaced in place (a quarantined chunk extracted again) leaves no trace of what it said, and
+    new aliases change what every mention merges into: both make the next merge read the whole corpus."""
+    settings = built_from_three_runbooks(tmp_path)
     with Workspace(settings) as ws:
         unchanged = summarize_elements(ws).counts
         assert (unchanged["full_merge"], unchanged["merged_chunks"]) == (0, 0)
@@ -260,11 +266,7 @@ def test_the_merge_starts_over_when_what_it_was_merged_from_is_unknown(tmp_path)
 def test_a_graph_sync_stopped_half_way_makes_the_next_one_whole(tmp_path):
     """Stopped after the graph writes and before the entity points: the store agrees with the bookkeeping, so only
     the stage's mark tells the next sync that the points are behind."""
-    (tmp_path / "corpus").mkdir()
-    for path in RUNBOOKS[:3]:
-        shutil.copy(path, tmp_path / "corpus" / path.name)
-    settings = folder_settings(tmp_path / "index", tmp_path / "corpus")
-    build_with(settings)
+    settings = built_from_three_runbooks(tmp_path)
     edited = tmp_path / "corpus" / RUNBOOKS[0].name
     edited.write_text(edited.read_text() + "\n## Escalation\n\nPage the payments-gateway owners.\n")
 

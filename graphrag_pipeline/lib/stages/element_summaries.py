@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+from typing import Callable
 
 from graphrag_pipeline.lib.faults import crash_point
 from graphrag_pipeline.lib.ids import content_hash
@@ -113,8 +114,14 @@ class _IncrementalPlan:
     previous: dict[str, dict[str, str | None]]  # kind -> touched element id -> its stored hash (None: new)
 
 
-def _incremental_plan(ws: Workspace, live: dict[str, tuple[str, str]], mark: str, merge) -> _IncrementalPlan | None:
-    """What to merge again after the extractions changed, or None for the whole corpus."""
+def _incremental_plan(
+    ws: Workspace,
+    live: dict[str, tuple[str, str]],
+    mark: str,
+    merge: Callable[..., tuple[list[Entity], list[Relationship]]],
+) -> _IncrementalPlan | None:
+    """What to merge again after the extractions changed, or None for the whole corpus; ``merge`` is the stage's
+    `merge_extractions` with its settings."""
     if ws.state.stage_mark("element_summaries") != mark:
         return None
     merged = ws.state.merged_extractions()
