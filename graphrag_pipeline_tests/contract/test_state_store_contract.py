@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import multiprocessing
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from graphrag_pipeline.lib.state import (
     SchemaVersionError,
     StateStore,
     extraction_to_json,
+    pack_payload,
     payload_digest,
     unpack_payload,
 )
@@ -114,6 +116,58 @@ def test_an_index_of_version_1_is_migrated_and_its_json_payloads_read_next_to_co
     stored = store.query("SELECT payload FROM elements WHERE element_id = 'e2'")[0][0]
     assert unpack_payload(stored) == json.dumps({"name": "Lake Kivu"}) and len(bytes(stored)) > 0
     assert bytes(stored)[:1] not in (b"{", b"[")  # written compressed
+    store.close()
+
+
+def test_payloads_compressed_before_version_4_are_read_next_to_those_with_the_dictionary(
+    state: StateStoreProtocol,
+) -> None:
+    earlier = {"chunk_ids": ["chunk-1"], "description": "A film."}
+    with state.transaction() as conn:  # version 3 compressed without a preset dictionary
+        conn.execute("INSERT INTO elements VALUES (?, ?, ?, ?)",
+                     ("entity", "e1", "h1", zlib.compress(json.dumps(earlier).encode())))
+    state.replace_elements("entity", {"e2": ("h2", json.dumps({"chunk_ids": ["chunk-2"]}))}, [])
+    assert state.element_payloads("entity") == {"e1": earlier, "e2": {"chunk_ids": ["chunk-2"]}}
+
+
+def test_a_payload_costs_little_more_than_its_values() -> None:
+    """The preset dictionary holds the payloads' key names and id prefixes: a merged relationship, whose keys are
+    most of its text, compresses to a fifth less than without it."""
+    relationship = json.dumps({
+        "chunk_ids": ["chunk-3c5cf93bb5e3a7632122951b225a0662"], "description": "Madison led the opposition.",
+        "description_parts": [["Madison led the opposition.", ["docs:madison"]]], "doc_ids": ["docs:madison"],
+        "predicate_doc_ids": [["docs:madison"]], "predicates": ["led"],
+        "relationship_id": "rel-000117148f7c9f1a330b59051856ef9b", "source_id": "ent-503f52bdafb07a638a238eea7ea13df3",
+        "target_id": "ent-a5948fb98c5922cc83273cf7c1c1e9b1", "type": "RELATED_TO", "weight": 0.5,
+    })
+    assert unpack_payload(pack_payload(relationship)) == relationship
+    assert len(pack_payload(relationship)) < 0.8 * len(zlib.compress(relationship.encode(), 9))
+
+
+def test_bookkeeping_of_a_version_3_index_moves_into_key_only_tables(tmp_path: Path) -> None:
+    """SQLite: version 4 rebuilds the bookkeeping tables WITHOUT ROWID, keeping their rows and the shard index."""
+    store = StateStore(tmp_path / "state.sqlite")
+    store.record_indexed_points("chunks", {"c1": (3, "key-1"), "c2": (4, "key-2")}, [])
+    store.record_synced("entity", {"e1": "h1"}, [])
+    with store.transaction() as conn:  # back to version 3's layout: tables with rowids
+        for table in ("indexed_points", "synced", "merged_extractions"):
+            definition = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
+            conn.execute(f"ALTER TABLE {table} RENAME TO {table}_v4")
+            conn.execute(definition.replace(" WITHOUT ROWID", ""))
+            conn.execute(f"INSERT INTO {table} SELECT * FROM {table}_v4")
+            conn.execute(f"DROP TABLE {table}_v4")
+        conn.execute("CREATE INDEX indexed_points_shard ON indexed_points(collection, shard)")
+        conn.execute("DELETE FROM schema_version WHERE version = 4")
+    store.close()
+
+    store = StateStore(tmp_path / "state.sqlite")
+    assert store.query("SELECT version FROM schema_version ORDER BY version") == EVERY_VERSION
+    definitions = dict(store.query("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
+    assert all(definitions[t].endswith("WITHOUT ROWID") for t in ("indexed_points", "synced", "merged_extractions"))
+    assert store.query("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'indexed_points' "
+                       "AND sql IS NOT NULL") == [("indexed_points_shard",)]
+    assert store.indexed_point_shards("chunks") == {"c1": 3, "c2": 4}
+    assert store.element_hashes("entity", table="synced") == {"e1": "h1"}
     store.close()
 
 

@@ -39,7 +39,9 @@ _UPSERT_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 _INSERT_OR_REPLACE = re.compile(r"INSERT OR REPLACE INTO (\w+) VALUES")
 
-_SCHEMA = state._SCHEMA.replace(" BLOB ", " BYTEA ").replace(" REAL ", " DOUBLE PRECISION ")
+# A PostgreSQL table keeps no rowid to leave out.
+_SCHEMA = (state._SCHEMA.replace(" BLOB ", " BYTEA ").replace(" REAL ", " DOUBLE PRECISION ")
+           .replace(") WITHOUT ROWID;", ");"))
 
 
 def to_postgres(sql: str) -> str:
@@ -76,10 +78,11 @@ class PostgresStateStore(state.StateStore):
     """The state of one index in a PostgreSQL database (one connection per thread)."""
 
     # Version 2 stores payloads compressed, which a TEXT column refuses: they become BYTEA, the JSON already there
-    # as its UTF-8 bytes (state.unpack_payload reads both).
+    # as its UTF-8 bytes (state.unpack_payload reads both). Version 4 changes how payloads are compressed, and no
+    # table here.
     MIGRATIONS = {2: "; ".join(f"ALTER TABLE {table} ALTER COLUMN payload TYPE BYTEA USING convert_to(payload, 'UTF8')"
                                for table in state.PAYLOAD_TABLES),
-                  3: ""}
+                  3: "", 4: ""}
 
     def __init__(self, url: str, *, read_only: bool = False):
         self.url = url
