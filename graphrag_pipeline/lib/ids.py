@@ -24,9 +24,18 @@ def content_hash(*parts: str) -> str:
     return digest.hexdigest()
 
 
+SHORT_HASH_CHARS = 32  # 128 bits
+
+
+def short_hash(*parts: str) -> str:
+    """The first 128 bits of ``content_hash``: plenty to avoid collisions, in half the space of the bookkeeping rows
+    that keep one per element, point or chunk."""
+    return content_hash(*parts)[:SHORT_HASH_CHARS]
+
+
 def short_id(prefix: str, *parts: str) -> str:
-    """A readable, content-derived id such as ``chunk-3f2a…``: 128 bits of the hash are plenty to avoid collisions."""
-    return f"{prefix}-{content_hash(*parts)[:32]}"
+    """A readable, content-derived id such as ``chunk-3f2a…``."""
+    return f"{prefix}-{short_hash(*parts)}"
 
 
 def point_uuid(item_id: str) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Iterable, Mapping, Sequence
 
 from graphrag_pipeline.lib.config import Ontology
-from graphrag_pipeline.lib.ids import content_hash, entity_id, name_variants, normalize_name, relationship_id
+from graphrag_pipeline.lib.ids import entity_id, name_variants, normalize_name, relationship_id, short_hash
 from graphrag_pipeline.lib.models import ChunkExtraction, Entity, Relationship
 
 MAX_DESCRIPTIONS = 5
@@ -287,7 +287,7 @@ def element_payload(element: Entity | Relationship) -> tuple[str, str]:
     # json.dumps writes the fields' tuples as lists itself: dataclasses.asdict's deep copy of every element cost
     # more than the merge (3 s of a re-sync's 6 on musique-100), for the same text.
     payload = json.dumps({name: getattr(element, name) for name in _field_names(type(element))}, sort_keys=True)
-    return content_hash(payload), payload
+    return short_hash(payload), payload
 
 
 @functools.cache

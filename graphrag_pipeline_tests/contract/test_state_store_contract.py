@@ -20,9 +20,11 @@ import pytest
 
 from graphrag_pipeline.lib import backends
 from graphrag_pipeline.lib.config import ENVIRONMENT_OVERRIDES, load_settings
+from graphrag_pipeline.lib.ids import content_hash, short_hash
 from graphrag_pipeline.lib.models import Chunk, ChunkExtraction, Document, EntityMention, Quarantined
 from graphrag_pipeline.lib.state import (
     SCHEMA_VERSION,
+    UNSYNCED,
     SchemaVersionError,
     StateStore,
     extraction_to_json,
@@ -128,6 +130,22 @@ def test_payloads_compressed_before_version_4_are_read_next_to_those_with_the_di
                      ("entity", "e1", "h1", zlib.compress(json.dumps(earlier).encode())))
     state.replace_elements("entity", {"e2": ("h2", json.dumps({"chunk_ids": ["chunk-2"]}))}, [])
     assert state.element_payloads("entity") == {"e1": earlier, "e2": {"chunk_ids": ["chunk-2"]}}
+
+
+def test_element_hashes_of_a_version_3_index_are_cut_to_what_version_4_computes(open_state: OpenState) -> None:
+    """The graph stage compares the two tables: cut alike, an unchanged element is still synced."""
+    store = open_state()
+    full = content_hash("payload of e1")
+    store.replace_elements("entity", {"e1": (full, json.dumps({"name": "Lake Kivu"}))}, [])
+    store.record_synced("entity", {"e1": full, "e2": UNSYNCED}, [])
+    with store.transaction() as conn:
+        conn.execute("DELETE FROM schema_version WHERE version = 4")
+    store.close()
+
+    store = open_state()
+    assert store.element_hashes("entity") == {"e1": short_hash("payload of e1")}
+    assert store.element_hashes("entity", table="synced") == {"e1": short_hash("payload of e1"), "e2": UNSYNCED}
+    store.close()
 
 
 def test_a_payload_costs_little_more_than_its_values() -> None:

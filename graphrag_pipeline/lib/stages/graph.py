@@ -6,7 +6,7 @@ from collections import defaultdict
 from typing import Iterable, Sequence
 
 from graphrag_pipeline.lib.faults import crash_point
-from graphrag_pipeline.lib.ids import content_hash
+from graphrag_pipeline.lib.ids import short_hash
 from graphrag_pipeline.lib.merge import entity_from_payload, relationship_from_payload
 from graphrag_pipeline.lib.models import Entity
 from graphrag_pipeline.lib.stages.report import StageReport, accounted
@@ -185,7 +185,7 @@ def _sync_mentions(
     ws: Workspace, mentions: dict[str, list[str]], synced: dict[str, str], scope: set[str] | None, report: StageReport
 ) -> None:
     """Make the store's mentions equal ``mentions``: of every chunk, or (``scope``) of those chunks, each written."""
-    current = {cid: content_hash(*eids) for cid, eids in mentions.items()}
+    current = {cid: short_hash(*eids) for cid, eids in mentions.items()}
     if scope is None:
         changed = {cid: mentions[cid] for cid, h in current.items() if synced.get(cid) != h}
         removed = sorted(set(synced) - set(current))

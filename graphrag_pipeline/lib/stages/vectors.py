@@ -9,7 +9,7 @@ from typing import Any, Callable, Collection, Sequence
 import numpy as np
 
 from graphrag_pipeline.lib.faults import crash_point
-from graphrag_pipeline.lib.ids import content_hash
+from graphrag_pipeline.lib.ids import content_hash, short_hash
 from graphrag_pipeline.lib.models import VectorPoint
 from graphrag_pipeline.lib.stages.report import StageReport
 from graphrag_pipeline.lib.state import UNSYNCED
@@ -64,13 +64,13 @@ def reconcile_collection(ws: Workspace, collection: str, report: StageReport) ->
 
 def text_key(model: str, text: str) -> str:
     """What a point's vector was computed from: the model and the text."""
-    return content_hash(model, text)[:32]
+    return short_hash(model, text)
 
 
 def point_key(model: str, text: str, payload: dict[str, Any]) -> str:
     """What a point was built from, as booked in ``indexed_points``: its ``text_key``, then its payload's hash, so a
     point whose payload alone changed is seen to keep its vector."""
-    return f"{text_key(model, text)}:{content_hash(json.dumps(payload, sort_keys=True))[:32]}"
+    return f"{text_key(model, text)}:{short_hash(json.dumps(payload, sort_keys=True))}"
 
 
 def built_from(booked: str | None, text: str) -> bool:

@@ -78,11 +78,11 @@ class PostgresStateStore(state.StateStore):
     """The state of one index in a PostgreSQL database (one connection per thread)."""
 
     # Version 2 stores payloads compressed, which a TEXT column refuses: they become BYTEA, the JSON already there
-    # as its UTF-8 bytes (state.unpack_payload reads both). Version 4 changes how payloads are compressed, and no
-    # table here.
+    # as its UTF-8 bytes (state.unpack_payload reads both). Version 4 changes how payloads are compressed, and of
+    # the tables here only the length of elements' hashes.
     MIGRATIONS = {2: "; ".join(f"ALTER TABLE {table} ALTER COLUMN payload TYPE BYTEA USING convert_to(payload, 'UTF8')"
                                for table in state.PAYLOAD_TABLES),
-                  3: "", 4: ""}
+                  3: "", 4: state.SHORTER_ELEMENT_HASHES}
 
     def __init__(self, url: str, *, read_only: bool = False):
         self.url = url
