@@ -8,7 +8,9 @@ only" line exercise the SQLite file itself.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -619,3 +621,55 @@ def test_embedded_read_only_sees_writer_and_refuses_writes(tmp_path: Path) -> No
 def test_embedded_read_only_needs_existing_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         EmbeddedGraphStore(tmp_path / "missing.sqlite", read_only=True)
+
+
+def _stored_descriptions(path: Path) -> list[str]:
+    with sqlite3.connect(path) as conn:
+        return sorted(row[0] for row in conn.execute("SELECT description FROM relationship_descriptions"))
+
+
+def test_embedded_stores_a_shared_description_once_while_a_relationship_names_it(tmp_path: Path) -> None:
+    path = tmp_path / "graph.sqlite"
+    sentence = "Alpha, Beta and Gamma met in Delta."
+    with EmbeddedGraphStore(path) as store:
+        build(store, [dataclasses.replace(rel(a, b), description=sentence) for a, b in (("a", "b"), ("a", "c"))])
+        assert _stored_descriptions(path) == [sentence]
+        assert {r.description for r in store.get_relationships(store.all_relationship_ids()).values()} == {sentence}
+
+        store.delete_relationships(["a-RELATED_TO-b"])
+        assert _stored_descriptions(path) == [sentence]  # a-c still names it
+        store.upsert_relationships([dataclasses.replace(rel("a", "c"), description="Alpha wrote to Gamma.")])
+        assert _stored_descriptions(path) == ["Alpha wrote to Gamma."]
+        store.delete_entities(["c"])
+        assert _stored_descriptions(path) == []
+
+
+def test_embedded_store_of_version_1_moves_its_descriptions_out_of_the_relationships(tmp_path: Path) -> None:
+    path = tmp_path / "graph.sqlite"
+    relationships = [rel("a", "b"), dataclasses.replace(rel("b", "c"), description="B and C, unlike A.")]
+    with EmbeddedGraphStore(path) as store:
+        build(store, relationships)
+    with sqlite3.connect(path) as conn:  # back to version 1's layout: each description in its relationship's row
+        conn.executescript("""
+            DROP TRIGGER relationship_deleted; DROP TRIGGER relationship_redescribed;
+            DROP INDEX relationships_by_description; DROP INDEX relationships_by_ends; DROP INDEX relationships_by_target;
+            ALTER TABLE relationships RENAME TO relationships_v2;
+            CREATE TABLE relationships (relationship_id TEXT PRIMARY KEY, source_id TEXT NOT NULL,
+                target_id TEXT NOT NULL, type TEXT NOT NULL, description TEXT NOT NULL, weight REAL NOT NULL,
+                chunk_ids TEXT NOT NULL, doc_ids TEXT NOT NULL, predicates TEXT NOT NULL);
+            CREATE INDEX relationships_by_ends ON relationships (source_id, target_id);
+            CREATE INDEX relationships_by_target ON relationships (target_id);
+            INSERT INTO relationships SELECT relationship_id, source_id, target_id, type, description, weight,
+                chunk_ids, doc_ids, predicates FROM relationships_v2 JOIN relationship_descriptions USING (description_id);
+            DROP TABLE relationships_v2; DROP TABLE relationship_descriptions;
+            PRAGMA user_version = 1;
+        """)
+    with pytest.raises(ValueError, match="version 2 \\(has 1\\)"):  # a reader does not migrate
+        EmbeddedGraphStore(path, read_only=True)
+
+    with EmbeddedGraphStore(path) as store:
+        assert store.get_relationships(store.all_relationship_ids()) == {r.relationship_id: r for r in relationships}
+        store.delete_relationships([relationships[0].relationship_id])
+    assert _stored_descriptions(path) == [relationships[1].description]
+    with EmbeddedGraphStore(path, read_only=True) as reader:
+        assert reader.neighbourhoods(["c"])["c"].edges == (("b", "b-RELATED_TO-c", 1.0),)
