@@ -112,7 +112,9 @@ _ENTITY_COLUMNS = "entity_id, name, canonical, type, description, mention_count,
 _RELATIONSHIP_COLUMNS = (
     "relationship_id, source_id, target_id, type, description, weight, chunk_ids, doc_ids, predicates"
 )
-_RELATIONSHIPS = "relationships JOIN relationship_descriptions USING (description_id)"  # what reads select from
+# What relationship reads select from, by the file's version: a reader does not migrate, and reads a file of
+# version 1 as it is until its first writer moves the descriptions out.
+_RELATIONSHIPS = {1: "relationships", SCHEMA_VERSION: "relationships JOIN relationship_descriptions USING (description_id)"}
 _STORED_RELATIONSHIP_COLUMNS = _RELATIONSHIP_COLUMNS.replace("description", "description_id")
 
 _UPSERT_ENTITY = f"""
@@ -313,7 +315,7 @@ class EmbeddedGraphStore:
     def _open_schema(self) -> None:
         version = self._conn.execute("PRAGMA user_version").fetchone()[0]
         if self.read_only:
-            if version != SCHEMA_VERSION:
+            if version not in _RELATIONSHIPS:
                 raise ValueError(f"{self.path} is not a graph store of schema version {SCHEMA_VERSION} (has {version})")
             return
         if version not in (0, 1, SCHEMA_VERSION):
@@ -441,6 +443,13 @@ class EmbeddedGraphStore:
         with self._lock, naming_damage(self.path):
             return self._conn.execute(sql, parameters).fetchall()
 
+    def _relationship_rows(self, clauses: str, parameters: Sequence[Any]) -> list[Relationship]:
+        """``SELECT`` of whole relationships, then ``clauses``; the version and the rows read in one snapshot."""
+        with self._read() as conn:
+            source = _RELATIONSHIPS[conn.execute("PRAGMA user_version").fetchone()[0]]
+            rows = conn.execute(f"SELECT {_RELATIONSHIP_COLUMNS} FROM {source} {clauses}", parameters).fetchall()
+        return [_relationship_from_row(row) for row in rows]
+
     def get_entities(self, entity_ids: Iterable[str]) -> dict[str, Entity]:
         """The stored entities among ``entity_ids``; unknown ids are absent from the result."""
         sql = f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE entity_id IN {_IDS}"
@@ -448,8 +457,8 @@ class EmbeddedGraphStore:
 
     def get_relationships(self, relationship_ids: Iterable[str]) -> dict[str, Relationship]:
         """The stored relationships among ``relationship_ids``; unknown ids are absent from the result."""
-        sql = f"SELECT {_RELATIONSHIP_COLUMNS} FROM {_RELATIONSHIPS} WHERE relationship_id IN {_IDS}"
-        return {row[0]: _relationship_from_row(row) for row in self._query(sql, (_ids_json(relationship_ids),))}
+        rows = self._relationship_rows(f"WHERE relationship_id IN {_IDS}", (_ids_json(relationship_ids),))
+        return {relationship.relationship_id: relationship for relationship in rows}
 
     def _grouped(self, key_column: str, value_column: str, keys: Iterable[str]) -> dict[str, list[str]]:
         """key -> its values in mentions (sorted), for the keys given. One row per key, its values joined by SQLite:
@@ -477,11 +486,9 @@ class EmbeddedGraphStore:
         if limit < 0:
             raise ValueError(f"limit must be >= 0, got {limit}")
         ids = _ids_json(entity_ids)
-        sql = (
-            f"SELECT {_RELATIONSHIP_COLUMNS} FROM {_RELATIONSHIPS} WHERE source_id IN {_IDS} AND target_id IN {_IDS} "
-            "ORDER BY weight DESC, relationship_id LIMIT ?"
-        )
-        return [_relationship_from_row(row) for row in self._query(sql, (ids, ids, limit))]
+        return self._relationship_rows(
+            f"WHERE source_id IN {_IDS} AND target_id IN {_IDS} ORDER BY weight DESC, relationship_id LIMIT ?",
+            (ids, ids, limit))
 
     # -- listings -------------------------------------------------------------------------------------------------
 
@@ -519,11 +526,7 @@ class EmbeddedGraphStore:
     def list_relationships(self, offset: int = 0, limit: int = 50) -> list[Relationship]:
         """A page of relationships by weight desc, ties by relationship id."""
         check_page(offset, limit)
-        sql = (
-            f"SELECT {_RELATIONSHIP_COLUMNS} FROM {_RELATIONSHIPS} "
-            "ORDER BY weight DESC, relationship_id LIMIT ? OFFSET ?"
-        )
-        return [_relationship_from_row(row) for row in self._query(sql, (limit, offset))]
+        return self._relationship_rows("ORDER BY weight DESC, relationship_id LIMIT ? OFFSET ?", (limit, offset))
 
     def all_entity_ids(self) -> set[str]:
         return {row[0] for row in self._query("SELECT entity_id FROM entities")}
