@@ -280,7 +280,7 @@ class StateStore:
     # then trust it: the version refuses the older one the index. Version 4 compresses payloads with a preset
     # dictionary, which an older pipeline cannot read, keeps elements' hashes at 128 bits (``ids.short_hash``), and
     # keeps the bookkeeping of one row per element, point or chunk in its primary key's tree alone (WITHOUT ROWID),
-    # not in a table and an index of the same key: 7 MB less of musique-100's 53 MB.
+    # not in a table and an index of the same key. All three: musique-100's state.sqlite 52.6 -> 42.7 MB.
     MIGRATIONS: dict[int, str] = {2: "", 3: "", 4: "; ".join(
         [SHORTER_ELEMENT_HASHES]
         + [f"ALTER TABLE {table} RENAME TO {table}_v3; {_table_definition(table)}; "

@@ -673,3 +673,17 @@ def test_embedded_store_of_version_1_moves_its_descriptions_out_of_the_relations
         assert reader.list_relationships() == reader.relationships_between(["b", "c"]) == [relationships[1]]
         assert reader.neighbourhoods(["c"])["c"].edges == (("b", "b-RELATED_TO-c", 1.0),)
     assert _stored_descriptions(path) == [relationships[1].description]
+
+
+def test_embedded_store_of_a_newer_version_is_refused_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "graph.sqlite"
+    with EmbeddedGraphStore(path) as store:
+        build(store, [rel("a", "b")])
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA user_version = 3")
+    with pytest.raises(ValueError, match="schema version 3; this code reads 2"):
+        EmbeddedGraphStore(path)
+    with pytest.raises(ValueError, match="schema version 2 \\(has 3\\)"):
+        EmbeddedGraphStore(path, read_only=True)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3

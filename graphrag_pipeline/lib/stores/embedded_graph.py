@@ -318,8 +318,6 @@ class EmbeddedGraphStore:
             if version not in _RELATIONSHIPS:
                 raise ValueError(f"{self.path} is not a graph store of schema version {SCHEMA_VERSION} (has {version})")
             return
-        if version not in (0, 1, SCHEMA_VERSION):
-            raise ValueError(f"{self.path} has graph store schema version {version}; this code reads {SCHEMA_VERSION}")
         # WAL: readers in other processes never block the writer; NORMAL sync is durable across crashes in WAL mode.
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute("PRAGMA synchronous = NORMAL")
@@ -329,6 +327,9 @@ class EmbeddedGraphStore:
             try:
                 # Read again under the write lock: another writer may have created or migrated the file meanwhile.
                 version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+                if version not in (0, 1, SCHEMA_VERSION):
+                    raise ValueError(f"{self.path} has graph store schema version {version}; "
+                                     f"this code reads {SCHEMA_VERSION}")
                 for statement in _statements({0: _SCHEMA, 1: _FROM_VERSION_1}.get(version, "")):
                     self._conn.execute(statement)
                 self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
