@@ -675,11 +675,7 @@ class StateStore:
         chunks no longer merged; ``mark`` what the merge was made with (`stage_mark`)."""
         with self.transaction() as conn:
             for kind, (upserts, removed) in elements.items():
-                conn.executemany("DELETE FROM elements WHERE kind = ? AND element_id = ?", [(kind, e) for e in removed])
-                conn.executemany(
-                    "INSERT OR REPLACE INTO elements VALUES (?, ?, ?, ?)",
-                    [(kind, eid, h, pack_payload(payload)) for eid, (h, payload) in upserts.items()],
-                )
+                self._write_elements(conn, kind, upserts, removed)
             if every_extraction:
                 conn.execute("DELETE FROM merged_extractions")
             conn.executemany("DELETE FROM merged_extractions WHERE chunk_id = ?", [(c,) for c in unmerged])
@@ -713,11 +709,13 @@ class StateStore:
         are not what `merged_extractions` says they were merged from: the next merge starts over."""
         with self.transaction() as conn:
             conn.execute("DELETE FROM stage_marks WHERE stage = ?", ("element_summaries",))
-            conn.executemany("DELETE FROM elements WHERE kind = ? AND element_id = ?", [(kind, e) for e in removed])
-            conn.executemany(
-                "INSERT OR REPLACE INTO elements VALUES (?, ?, ?, ?)",
-                [(kind, eid, h, pack_payload(payload)) for eid, (h, payload) in upserts.items()],
-            )
+            self._write_elements(conn, kind, upserts, removed)
+
+    @staticmethod
+    def _write_elements(conn: Any, kind: str, upserts: dict[str, tuple[str, str]], removed: Sequence[str]) -> None:
+        conn.executemany("DELETE FROM elements WHERE kind = ? AND element_id = ?", [(kind, e) for e in removed])
+        conn.executemany("INSERT OR REPLACE INTO elements VALUES (?, ?, ?, ?)",
+                         [(kind, eid, h, pack_payload(payload)) for eid, (h, payload) in upserts.items()])
 
     def element_count(self, kind: str) -> int:
         return self.query("SELECT COUNT(*) FROM elements WHERE kind = ?", (kind,))[0][0]
