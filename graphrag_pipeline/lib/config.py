@@ -74,6 +74,8 @@ class Ontology(StrictModel):
     fallback_relationship_type: str = "RELATED_TO"
     # Words by which a question refers back to the entity it named ("Which services does *it* depend on?").
     query_references: tuple[str, ...] = ()
+    # Words that may stand before a name where a query phrase has {x} ("callers of *the* checkout service").
+    query_determiners: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> "Ontology":
@@ -217,6 +219,9 @@ class RetrievalConfig(StrictModel):
     # rank by this signal; above the others' sum, so they lead when the intent was understood.
     relation_weight: float = Field(1.5, ge=0)
     results: Literal["documents", "chunks"] = "documents"  # documents: top_k distinct documents with their passages
+    # Words a name is often written with that do not name anything themselves ("Checkout Service", "vault/README.md"):
+    # set aside when a title, a path or a question phrase is matched to entity names.
+    generic_head_words: tuple[str, ...] = ()
 
 
 class CommunityConfig(StrictModel):

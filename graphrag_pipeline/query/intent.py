@@ -3,12 +3,19 @@
 Decided only by the ontology: each relationship type's ``query_phrases`` (regular expressions with ``{x}`` where
 the question names the entity it is about) and the ontology's ``query_references`` ("it", "this service") by which a
 question points back at an entity it named. The engine holds no English of its own.
+
+A phrase counts only in the question's own asking clauses: its sentences that end with a question mark, or, when it
+has none (an instruction), its first clause. Text a question quotes ("An alert is firing: <the alert's
+description>") may use the same words ("... calls vault") without asking for anything.
+
+A reference points back at the most confident entity the question named that has relationships of the asked type:
+that the question asks for such relationships of it is what makes an ordinary word ("cart", "Currency") a name.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -16,8 +23,19 @@ from graphrag_pipeline.lib.config import QUERY_SUBJECT, Ontology
 from graphrag_pipeline.query.linking import NameLink
 
 Direction = Literal["outgoing", "incoming"]
-# A question entity must be linked at least this confidently to be the subject a reference ("it") points back to.
+# A question entity must be linked at least this confidently to be the subject a reference ("it") points back to,
+# unless it has relationships of the asked type.
 SUBJECT_MIN_CONFIDENCE = 0.5
+# Punctuation ends a sentence or clause only before a space or the end ("payments-api.v2?" is one word).
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")
+_CLAUSE_END = re.compile(r"[.!?:;](?=\s|$)")
+HasRelationships = Callable[[frozenset[str], str], bool]  # (entity ids, relationship type) -> any such edge?
+
+
+def asking_clauses(text: str) -> list[str]:
+    """The parts of a question that ask: its sentences ending in "?", else its first clause."""
+    asked = [sentence for sentence in _SENTENCE_BREAK.split(text.strip()) if sentence.endswith("?")]
+    return asked or [_CLAUSE_END.split(text, 1)[0]]
 
 
 @dataclass(frozen=True)
@@ -41,6 +59,8 @@ class IntentReader:
             for phrase in getattr(spec.query_phrases, direction)
         ]
         self._references = sorted(ontology.query_references, key=len, reverse=True)
+        determiners = _alternation(sorted(ontology.query_determiners, key=len, reverse=True))
+        self._determiner = f"(?:(?:{determiners}) )?" if determiners else ""
         # Each phrase with any words where the subject goes, compiled once: a question it does not match cannot match
         # the phrase with the question's own subjects, so only the few phrases it does match are compiled per
         # question (compiling all of them for every question cost more than the rest of reading its intents).
@@ -48,31 +68,47 @@ class IntentReader:
             re.compile(r"\b" + phrase.replace(QUERY_SUBJECT, "(?:.+?)") + r"\b") for _, _, phrase in self._phrases
         ]
 
-    def read(self, question: str, links: Sequence[NameLink]) -> list[RelationIntent]:
-        """Every relationship the question asks for. ``{x}`` matches the words of a link (that link's entities are
-        the subjects) or a reference (the earliest of the most confident links', if any is confident enough)."""
+    def read(
+        self, question: str, links: Sequence[NameLink], has_relationships: HasRelationships | None = None,
+    ) -> list[RelationIntent]:
+        """Every relationship the question's asking clauses ask for. ``{x}`` matches the words of a link (that
+        link's entities are the subjects) or a reference: the most confident link (earliest of equals) that is
+        confident enough or, given ``has_relationships``, that has relationships of the asked type."""
         if not self._phrases or not links:
             return []
-        text = " ".join(question.casefold().split())
+        clauses = asking_clauses(" ".join(question.casefold().split()))
         by_phrase = {" ".join(link.phrase.casefold().split()): link for link in links}
         names = sorted(by_phrase, key=len, reverse=True)
         subject = _alternation([*names, *self._references])
-        referent = max(links, key=lambda link: (link.confidence, -link.start))
+        referents = sorted(links, key=lambda link: (-link.confidence, link.start))
         intents: dict[tuple[str, Direction], RelationIntent] = {}
         for (relationship_type, direction, phrase), outline in zip(self._phrases, self._outlines):
-            if outline.search(text) is None:
+            if (relationship_type, direction) in intents:
                 continue
-            match = re.search(r"\b" + phrase.replace(QUERY_SUBJECT, f"(?P<x>{subject})") + r"\b", text)
-            if match is None:
-                continue
-            named = by_phrase.get(match["x"])
-            if named is None and referent.confidence < SUBJECT_MIN_CONFIDENCE:
-                continue
-            key = (relationship_type, direction)
-            if key not in intents:
-                intents[key] = RelationIntent(relationship_type, direction, (named or referent).entity_ids,
-                                              match.group(0))
+            for clause in clauses:
+                if outline.search(clause) is None:
+                    continue
+                match = re.search(
+                    r"\b" + phrase.replace(QUERY_SUBJECT, f"{self._determiner}(?P<x>{subject})") + r"\b", clause)
+                if match is None:
+                    continue
+                named = by_phrase.get(match["x"]) or self._referent(referents, relationship_type, has_relationships)
+                if named is not None:
+                    intents[(relationship_type, direction)] = RelationIntent(
+                        relationship_type, direction, named.entity_ids, match.group(0))
+                    break
         return list(intents.values())
+
+    @staticmethod
+    def _referent(
+        referents: Sequence[NameLink], relationship_type: str, has_relationships: HasRelationships | None,
+    ) -> NameLink | None:
+        for link in referents:
+            if has_relationships is None:
+                return link if link.confidence >= SUBJECT_MIN_CONFIDENCE else None
+            if has_relationships(link.entity_ids, relationship_type):
+                return link
+        return None
 
 
 def _alternation(words: Sequence[str]) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from wordfreq import zipf_frequency
@@ -26,10 +26,14 @@ STOPWORDS = frozenset(
     "a an and are as at be by for from has have he her his how in is it its of on or she that the their them they "
     "this to was were what when where which who whom whose why will with".split()
 )
-# A word at least this frequent in English (Zipf scale: 3.5 is about 3 per million words; "alert" 4.3, "package"
-# 4.6, "Kafka" 3.2, "etcd" 0) is an ordinary word unless the corpus writes it as a name (capitalized) most of the time.
+# A word of English (Zipf scale: 2 is one per hundred million words; "balancer" 2.3, "config" 2.9, "alert" 4.3,
+# "Kafka" 3.0, "etcd" 0) that the corpus writes in lower case most of the time is an ordinary word there, however
+# capitalized the question writes it; a word the corpus never writes is ordinary when it is common English (3.5:
+# about 3 per million words).
+ENGLISH_WORD_ZIPF = 2.0
 ORDINARY_WORD_ZIPF = 3.5
 GENERIC_NAME_CONFIDENCE = 0.3
+_EDGE_PUNCTUATION = " \t\n\"'`.,;:!?()[]{}<>*\u201c\u201d\u2018\u2019"
 
 
 @dataclass(frozen=True)
@@ -66,20 +70,35 @@ class CorpusCase:
 
 
 def is_generic_word(phrase: str, corpus: CorpusCase) -> bool:
-    """A single ordinary English word that the corpus mostly writes in lower case (or never writes at all)."""
-    if not is_plain_word(phrase):  # digits, hyphens, several words, CamelCase: a name's shape, not a word's
+    """A span made only of ordinary words ("config.", "Load Balancer", "AUTHENTICATION"): each an English word of a
+    word's shape that the corpus mostly writes in lower case, or a common one it never writes. Edge punctuation and
+    function words do not count; one word with a name's shape (digits, hyphens, CamelCase: "Kafka2", "payments-api")
+    makes the span a name."""
+    words = [word for word in phrase.strip(_EDGE_PUNCTUATION).split() if word.casefold() not in STOPWORDS]
+    return bool(words) and all(_is_ordinary_word(word.strip(_EDGE_PUNCTUATION), corpus) for word in words)
+
+
+def _is_ordinary_word(word: str, corpus: CorpusCase) -> bool:
+    if not is_plain_word(word):
         return False
-    if zipf_frequency(phrase.casefold(), "en") < ORDINARY_WORD_ZIPF:
-        return False
-    share = corpus.lowercase_share(phrase)
-    return share is None or share >= 0.5
+    frequency = zipf_frequency(word.casefold(), "en")
+    share = corpus.lowercase_share(word)
+    if share is None:
+        return frequency >= ORDINARY_WORD_ZIPF
+    return frequency >= ENGLISH_WORD_ZIPF and share >= 0.5
 
 
 class NameIndex:
-    def __init__(self, entities: Iterable[Entity | EntityNames], corpus: CorpusCase | None = None):
+    def __init__(
+        self, entities: Iterable[Entity | EntityNames], corpus: CorpusCase | None = None,
+        head_words: Iterable[str] = (),
+    ):
+        """``head_words``: generic words that a name is often written with ("service" in "Checkout Service"): a
+        question phrase names the entity of what is left without them too."""
         self._ids_by_name: dict[str, set[str]] = {}
         self._names_by_id: dict[str, set[str]] = {}  # the other way round, for `names`
         self._corpus = corpus or CorpusCase(())
+        self._head_words = frozenset(normalize_name(word) for word in head_words)
         for entity in entities:
             # An entity's canonical name is its name's key, as a rule: normalize_name gives a key back unchanged,
             # so its variants are the name's and are not worked out twice (a third of building this index).
@@ -94,6 +113,26 @@ class NameIndex:
 
     def __len__(self) -> int:
         return len(self._ids_by_name)
+
+    @property
+    def ids_by_name(self) -> Mapping[str, set[str]]:
+        """Name key → the entities it names (read-only)."""
+        return self._ids_by_name
+
+    def ids(self, name: str) -> set[str]:
+        """The entities named ``name`` (as spelled in any of its variants)."""
+        return set(self._ids_by_name.get(normalize_name(name), ()))
+
+    def _without_head_words(self, key: str) -> set[str]:
+        """The entities named by a key once generic head words at its edges are dropped ("checkout service" →
+        "checkout")."""
+        words = key.split()
+        while len(words) > 1 and words[-1] in self._head_words:
+            words.pop()
+        while len(words) > 1 and words[0] in self._head_words:
+            words.pop(0)
+        stripped = " ".join(words)
+        return self._ids_by_name.get(stripped, set()) if stripped != key else set()
 
     def names(self, entity_ids: Iterable[str]) -> dict[str, set[str]]:
         """Name key → the given entities it names (what a document title must match to be about one of them)."""
@@ -115,7 +154,8 @@ class NameIndex:
                 if span & covered:
                     continue
                 phrase = text[tokens[start].start() : tokens[start + size - 1].end()]
-                ids = self._ids_by_name.get(normalize_name(phrase))
+                key = normalize_name(phrase)
+                ids = self._ids_by_name.get(key, set()) | self._without_head_words(key)
                 if ids:
                     covered |= span
                     confidence = GENERIC_NAME_CONFIDENCE if is_generic_word(phrase, self._corpus) else 1.0

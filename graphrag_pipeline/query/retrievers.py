@@ -43,10 +43,11 @@ import numpy as np
 
 from graphrag_pipeline.lib.config import Ontology, RetrievalConfig
 from graphrag_pipeline.lib.fusion import cap_at_origin, rank, reciprocal_rank_fusion, weighted_fusion
-from graphrag_pipeline.lib.ids import subject_key
 from graphrag_pipeline.lib.models import Chunk, Document, EntityNames, Relationship
 from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES, GraphStore, TraversalHit, VectorStore
+from graphrag_pipeline.lib.sources.catalog import RECORD_KEY as CATALOG_RECORD_KEY
+from graphrag_pipeline.query.aboutness import LINK_RELATIONSHIP_TYPES, Aboutness
 from graphrag_pipeline.query.intent import IntentReader, RelationIntent
 from graphrag_pipeline.query.keyword import KeywordIndex, identifiers
 from graphrag_pipeline.query.linking import CorpusCase, NameIndex, NameLink
@@ -102,6 +103,10 @@ class IndexReader:
         with self._lookup_lock:
             return self._directory
 
+    def aboutness(self) -> Aboutness:
+        with self._lookup_lock:
+            return self._aboutness
+
     def mention_counts(self, entity_ids: Iterable[str]) -> dict[str, int]:
         """How many chunks mention each entity: from the read that built the name index, and from the graph for
         an entity written since (a build running while questions are asked)."""
@@ -128,7 +133,8 @@ class IndexReader:
             page = self.graph.list_entity_names(offset=offset, limit=5000)
             entities.extend(page)
             if len(page) < 5000:
-                return NameIndex(entities, self._corpus_case), {e.entity_id: e.mention_count for e in entities}
+                names = NameIndex(entities, self._corpus_case, self.config.generic_head_words)
+                return names, {e.entity_id: e.mention_count for e in entities}
             offset += len(page)
 
     # The two lookups over the chunk texts are built from separate reads: the keyword index is needed only by
@@ -149,31 +155,44 @@ class IndexReader:
     @cached_property
     def _directory(self) -> ChunkDirectory:
         rows = self.state.query(
-            "SELECT c.chunk_id, d.doc_id, d.title, d.metadata FROM chunks c JOIN documents d ON d.doc_id = c.doc_id "
+            "SELECT c.chunk_id, d.doc_id, d.metadata FROM chunks c JOIN documents d ON d.doc_id = c.doc_id "
             "ORDER BY d.doc_id, c.position"
         )
         return ChunkDirectory(rows)
 
+    @cached_property
+    def _aboutness(self) -> Aboutness:
+        names = self._entity_lookups[0]
+        links = []
+        catalog_ids = [doc_id for (doc_id,) in self.state.query("SELECT doc_id FROM source_extractions")]
+        for record in self.state.source_extractions(catalog_ids).values():
+            typed = record.get(CATALOG_RECORD_KEY) or {}
+            for (subject, _, target), relationship_type in zip(record.get("triples", ()),
+                                                                typed.get("relation_types", ())):
+                if relationship_type in LINK_RELATIONSHIP_TYPES:
+                    ids = names.ids(subject) | names.ids(target)
+                    links.append((target, ids))
+        documents = self.state.query("SELECT doc_id, title FROM documents")
+        return Aboutness(documents, names.ids_by_name, self.config.generic_head_words, links)
+
 
 class ChunkDirectory:
-    """Which chunks make up which document, which documents are about what (their title's subject), and which are
-    catalog pages: looked up per question without a database round trip."""
+    """Which chunks make up which document, and which documents are catalog pages: looked up per question without a
+    database round trip."""
 
-    def __init__(self, rows: Sequence[tuple[str, str, str, str]]):
-        """``rows``: (chunk id, doc id, title, metadata JSON), each document's chunks in order."""
+    def __init__(self, rows: Sequence[tuple[str, str, str]]):
+        """``rows``: (chunk id, doc id, metadata JSON), each document's chunks in order."""
         self.chunks_of: dict[str, list[str]] = {}
-        self.about: dict[str, set[str]] = {}  # subject key -> doc ids
         self.catalog_pages: set[str] = set()
-        for chunk_id, doc_id, title, metadata in rows:
-            if doc_id not in self.chunks_of:
-                self.about.setdefault(subject_key(title), set()).add(doc_id)
-                if json.loads(metadata).get("catalog"):
-                    self.catalog_pages.add(doc_id)
+        for chunk_id, doc_id, metadata in rows:
+            if doc_id not in self.chunks_of and json.loads(metadata).get("catalog"):
+                self.catalog_pages.add(doc_id)
             self.chunks_of.setdefault(doc_id, []).append(chunk_id)
 
-    def subject_chunks(self, name_keys: Iterable[str]) -> frozenset[str]:
-        """The chunks of the documents whose title is one of these names."""
-        return frozenset(c for key in name_keys for doc_id in self.about.get(key, ()) for c in self.chunks_of[doc_id])
+    def chunks_about(self, aboutness: Aboutness, entity_id: str) -> dict[str, float]:
+        """The chunks of the documents about the entity, with how strongly their document is about it."""
+        return {chunk_id: strength for doc_id, strength in aboutness.documents_about(entity_id).items()
+                for chunk_id in self.chunks_of.get(doc_id, ())}
 
 
 @dataclass
@@ -310,7 +329,7 @@ class GraphRetriever(VectorRetriever):
         links = self.index.name_index().link(question)
         linked = self._link_question(links, query_vector)
         entry_entities = graph.entities_of_chunks(entry[:ENTRY_CHUNKS_FOR_SEEDS])
-        result.intents = self.index.intents.read(question, links)
+        result.intents = self.index.intents.read(question, links, self._has_relationships)
         timings["link"] = elapsed_ms(started)
         result.linked = linked
 
@@ -380,11 +399,14 @@ class GraphRetriever(VectorRetriever):
                     linked[hit.point_id] = ("embedding", float(hit.score))
         return linked
 
+    def _has_relationships(self, entity_ids: frozenset[str], relationship_type: str) -> bool:
+        return any(n.edges for n in self.index.graph.neighbourhoods(entity_ids, [relationship_type]).values())
+
     def _follow_intents(self, result: Retrieval) -> None:
         """Follow each asked-for relationship one hop from its subjects in the asked-for direction; the documents
-        about the entities reached (their title names one of the entity's names) get the relation signal, a
-        catalog page less than the entity's own documents."""
-        graph, directory = self.index.graph, self.index.directory()
+        about the entities reached get the relation signal, as strong as they are about them (``Aboutness``), a
+        catalog page half as strong as the entity's own documents."""
+        graph, directory, aboutness = self.index.graph, self.index.directory(), self.index.aboutness()
         reached: dict[str, tuple[str, str]] = {}  # entity -> (subject it was reached from, relationship id)
         for intent in result.intents:
             neighbourhoods = graph.neighbourhoods(intent.subjects, [intent.relationship_type])
@@ -396,11 +418,10 @@ class GraphRetriever(VectorRetriever):
                 if subject in intent.subjects and other not in intent.subjects:
                     result.followed.append(relationship)
                     reached.setdefault(other, (subject, relationship.relationship_id))
-        for key, entity_ids in self.index.name_index().names(reached).items():
-            for doc_id in directory.about.get(key, ()):
-                score = CATALOG_PAGE_FACTOR if doc_id in directory.catalog_pages else 1.0
-                entity_id = min(entity_ids)
-                for chunk_id in directory.chunks_of[doc_id]:
+        for entity_id in sorted(reached):
+            for doc_id, strength in aboutness.documents_about(entity_id).items():
+                score = strength * (CATALOG_PAGE_FACTOR if doc_id in directory.catalog_pages else 1.0)
+                for chunk_id in directory.chunks_of.get(doc_id, ()):
                     if score > result.relation_scores.get(chunk_id, 0.0):
                         result.relation_scores[chunk_id] = score
                         result.best_entity[chunk_id] = entity_id
@@ -464,12 +485,7 @@ class GraphRetriever(VectorRetriever):
             if count <= MAX_CHUNKS_PER_ENTITY
         }
         chunks_of = graph.chunks_of_entities(list(specific))
-        names_of = self.index.name_index().names(specific)
-        directory = self.index.directory()
-        about: dict[str, set[str]] = {}
-        for key, entity_ids in names_of.items():
-            for eid in entity_ids:
-                about.setdefault(eid, set()).add(key)
+        directory, aboutness = self.index.directory(), self.index.aboutness()
         # Each chunk keeps its largest contribution, ties going to the smallest entity id. Most of an entity's chunks
         # get the same one, so those are assigned in bulk, entities in rising order of it (the later overwrite);
         # the few that differ (its subject's chunks, the entry chunk it came from) are compared one by one after.
@@ -477,7 +493,7 @@ class GraphRetriever(VectorRetriever):
         singular: list[tuple[float, str, str]] = []
         for eid, chunk_ids in chunks_of.items():
             hit = reached[eid]
-            about_it = directory.subject_chunks(about.get(eid, ()))
+            about_it = directory.chunks_about(aboutness, eid)
             bound = link_bounds.get(hit.path[0], 1.0)
             came_from, other_weight = origin.get(eid, ("", 0.0)) if hit.hops == 0 else ("", 0.0)
             if about_it or came_from:
@@ -485,7 +501,7 @@ class GraphRetriever(VectorRetriever):
                 for chunk_id in chunk_ids:
                     if chunk_id in about_it or chunk_id == came_from:
                         activation = other_weight if chunk_id == came_from else hit.score
-                        bonus = SUBJECT_BONUS if chunk_id in about_it else 1.0
+                        bonus = 1.0 + (SUBJECT_BONUS - 1.0) * about_it.get(chunk_id, 0.0)
                         singular.append((min(activation * specific[eid] * bonus, bound), eid, chunk_id))
                     else:
                         others.append(chunk_id)
