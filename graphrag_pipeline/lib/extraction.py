@@ -68,6 +68,7 @@ _EDGE_CHARS = frozenset(" \t\r\n\"'`.,;:!?()[]{}<>*\u201c\u201d\u2018\u2019")
 _POSSESSIVES = ("'s", "\u2019s")
 _EDGE_TEXT = "".join(_EDGE_CHARS)
 _HAS_LETTER = re.compile(r"[^\W\d_]")
+_WORD = re.compile(r"[^\W\d_]+")
 # Hard-wrapped prose keeps its single newlines; blank lines and markdown blocks (headings, list items, tables, code
 # fences) end a "sentence", otherwise a bullet list would read as one sentence relating every item to every other.
 _BLOCK_BREAK = re.compile(r"\n\s*\n|\n(?=[ \t]*(?:#|>|\||```|[-*+][ \t]|\d+[.)][ \t]))")
@@ -100,7 +101,7 @@ _CODE_LIKE = re.compile(r"[a-z]{2}[A-Z]|[a-z0-9]-[a-z0-9]|\w[_/]\w|[a-z0-9]\.[a-
 _QUOTING = re.compile(r"[`*\"\u201c\u201d]")
 # A verb phrase's subject is looked for only after the last of these before it ("X fails; it uses Y": "it").
 _CLAUSE_BREAK = re.compile(r"[;:()\[\]{}!?|\u2013\u2014]|\s-\s|\.\s")
-_GAP_WORD = re.compile(r"[^\W\d_]+")
+_GAP_WORD = _WORD  # a word between a verb phrase and its subject or object
 # "A uses B, C and D": what may stand between two objects of one verb phrase.
 _LIST_SEPARATOR = re.compile(r"\s*(?:[,/&]\s*)?(?:(?:and|or)\s+)?(?:(?:the|a|an)\s+)?", re.IGNORECASE)
 _RELATIVE_CLAUSE = re.compile(r"\s*,\s*(?:which|that|who)\s+", re.IGNORECASE)
@@ -111,6 +112,18 @@ MAX_GAP_WORDS = 2
 # titled "… Service"), "This service depends on …".
 _PRONOUN_REFERENCE = frozenset({"it"})
 _DETERMINER_REFERENCE = frozenset({"the", "this"})
+
+
+def _lowercase_words(text: str) -> frozenset[str]:
+    return frozenset(word for word in _WORD.findall(text) if word.islower())
+
+
+def _written_as_common_noun(surface: str, lowercase_words: frozenset[str]) -> bool:
+    """Whether every word of an NER span is one its own chunk also writes in lower case: "Alert", "Cluster" or
+    "NAMESPACE" beside "alert", "cluster" and "namespace" are the text's common nouns capitalized by a heading or a
+    template, not a person's or a place's name (a name of prose, "Paris", is not written "paris")."""
+    words = [word.casefold() for word in _WORD.findall(surface)]
+    return bool(words) and all(word in lowercase_words for word in words)
 
 
 def load_spacy(model_name: str) -> Language:
@@ -472,7 +485,12 @@ class OfflineExtractor:
         ]
         for regex, entity_type in self._patterns:
             found.extend((m.start(), m.end(), None, entity_type, "pattern") for m in regex.finditer(text))
+        lowercase_words: frozenset[str] | None = None  # the chunk's words written in lower case, read once if needed
         for start, end, label in ner_entities:
+            if label in _PROPER_NOUN_LABELS:
+                lowercase_words = lowercase_words if lowercase_words is not None else _lowercase_words(text)
+                if _written_as_common_noun(text[start:end], lowercase_words):
+                    continue
             entity_type = self._ner_type(label, text[start:end])
             if entity_type is not None:
                 found.append((start, end, None, entity_type, "ner"))

@@ -31,6 +31,9 @@ class _EntityAccumulator:
     endpoint_forms: Counter = field(default_factory=Counter)  # spellings of relationship endpoints
     types: Counter = field(default_factory=Counter)
     catalog_types: Counter = field(default_factory=Counter)  # types a structured catalog states: they win the vote
+    # types the other spotters than NER give (dictionary, patterns, titles): NER's labels (PERSON, LOCATION …) mean
+    # little in technical text, so they decide a type only when nothing else gave one
+    spotted_types: Counter = field(default_factory=Counter)
     catalog_forms: set[str] = field(default_factory=set)  # how a structured catalog spells the name
     descriptions: dict[str, tuple[str, str]] = field(default_factory=dict)  # text -> first (doc, chunk) seen
     description_docs: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # text -> every doc
@@ -136,6 +139,8 @@ def merge_extractions(
             acc = entities[key]
             acc.surface_forms[mention.name.strip()] += 1
             acc.types[entity_type(mention.type)] += 1
+            if mention.spotter != "ner":
+                acc.spotted_types[entity_type(mention.type)] += 1
             if mention.spotter == "catalog":
                 acc.catalog_types[entity_type(mention.type)] += 1
                 acc.catalog_forms.add(mention.name.strip())
@@ -196,7 +201,8 @@ def _entity(
     forms = Counter(catalog_spelling) if catalog_spelling else seen
     name = sorted(forms.items(), key=lambda kv: (-kv[1], -len(kv[0]), kv[0]))[0][0]
     stated = {t: n for t, n in acc.catalog_types.items() if t != ontology.default_entity_type}
-    specific = stated or {t: n for t, n in acc.types.items() if t != ontology.default_entity_type}
+    spotted = {t: n for t, n in acc.spotted_types.items() if t != ontology.default_entity_type}
+    specific = stated or spotted or {t: n for t, n in acc.types.items() if t != ontology.default_entity_type}
     type_votes = specific or acc.types or {ontology.default_entity_type: 1}
     entity_type = sorted(type_votes.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
     # The catalog's names first: the list is capped, and they are what questions use.

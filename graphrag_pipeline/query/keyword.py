@@ -7,10 +7,9 @@ question is a sum of a few rows), so every backend gets the same signal without 
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -44,10 +43,12 @@ def identifiers(text: str) -> set[str]:
 class KeywordIndex:
     """Okapi BM25 (k1 1.2, b 0.75) over a fixed set of texts."""
 
-    def __init__(self, texts: Iterable[tuple[str, str]]):
-        """``texts``: (item id, text) pairs."""
+    def __init__(self, texts: Iterable[tuple[str, str]], groups: Mapping[str, str] | None = None):
+        """``texts``: (item id, text) pairs; ``groups``: item id → the unit it belongs to (a chunk's document), by
+        which the identifier signal counts how many places hold an identifier (default: each item its own)."""
         from scipy import sparse  # deferred: importing it costs a query process's start a fifth of a second
 
+        self._groups = groups or {}
         self.item_ids: list[str] = []
         vocabulary: dict[str, int] = {}
         rows: list[int] = []
@@ -77,28 +78,21 @@ class KeywordIndex:
     def __len__(self) -> int:
         return len(self.item_ids)
 
-    def idf(self, term: str) -> float:
-        """How rare a term is in these texts (0 for an unknown term: it cannot match anything)."""
-        row = self._vocabulary.get(term)
-        return float(self._idf[row]) if row is not None else 0.0
-
-    def max_idf(self) -> float:
-        """The idf of a term found in one text only."""
-        size = len(self.item_ids)
-        return math.log(1 + (size - 0.5) / 1.5) if size else 0.0
-
     def identifier_matches(self, query: str) -> dict[str, float]:
-        """Item → how much of the query's identifiers it contains, each weighted by its rarity (idf / the idf of a
-        term in one text): a rare exact identifier is the strongest evidence a question can give, whatever else
-        the item says; one that many texts hold ("well-known", "v1") tells little."""
+        """Item → the share of the query's identifiers it holds, each counting 1 / the number of documents (groups)
+        that hold it: an exact identifier found in one document is the strongest evidence a question can give, one
+        that five documents share says as little about each of them as a fifth of that, and a sub-identifier that
+        many share ("well-known", "v1") next to nothing."""
         found = [term for term in identifiers(query) if term in self._vocabulary]
         if not found:
             return {}
-        rows = [self._vocabulary[term] for term in found]
-        rarity = np.asarray([self._idf[row] for row in rows]) / (self.max_idf() * len(rows))
-        held = (self._weights[rows] > 0).multiply(rarity[:, None]).sum(axis=0)
-        shares = np.asarray(held).ravel()
-        return {self.item_ids[i]: float(shares[i]) for i in np.flatnonzero(shares)}
+        shares: dict[str, float] = {}
+        for term in found:
+            holders = [self.item_ids[i] for i in self._weights[self._vocabulary[term]].indices]
+            evidence = 1.0 / (len(found) * len({self._groups.get(item, item) for item in holders}))
+            for item in holders:
+                shares[item] = shares.get(item, 0.0) + evidence
+        return shares
 
     def scores(self, query: str, limit: int) -> dict[str, float]:
         """The ``limit`` best items for a query with their BM25 scores as a share of a perfect match's (in (0, 1))."""

@@ -20,6 +20,7 @@ from graphrag_pipeline.lib.models import Entity, EntityNames
 
 _TOKEN = re.compile(r"[\w][\w'’.\-/]*", re.UNICODE)
 _LETTERS = re.compile(r"[^\W\d_]+", re.UNICODE)
+_SEPARATORS = re.compile(r"[\s_\-]+")
 MAX_NGRAM = 8
 # Function words are never entities on their own, however some extractor spelled a node.
 STOPWORDS = frozenset(
@@ -155,7 +156,11 @@ class NameIndex:
                     continue
                 phrase = text[tokens[start].start() : tokens[start + size - 1].end()]
                 key = normalize_name(phrase)
+                # "Ledger Writer" also names "ledgerwriter": names are written joined as often as spaced.
+                joined = _SEPARATORS.sub("", key)
                 ids = self._ids_by_name.get(key, set()) | self._without_head_words(key)
+                if joined != key and " " in key:
+                    ids = ids | self._ids_by_name.get(joined, set())
                 if ids:
                     covered |= span
                     confidence = GENERIC_NAME_CONFIDENCE if is_generic_word(phrase, self._corpus) else 1.0

@@ -143,9 +143,10 @@ class IndexReader:
     def _keyword_index(self) -> KeywordIndex:
         """The keyword index over chunk texts, each with its document's title."""
         rows = self.state.query(
-            "SELECT c.chunk_id, d.title, c.text FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
+            "SELECT c.chunk_id, d.doc_id, d.title, c.text FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
         )
-        return KeywordIndex((chunk_id, f"{title}\n{text}") for chunk_id, title, text in rows)
+        return KeywordIndex(((chunk_id, f"{title}\n{text}") for chunk_id, _, title, text in rows),
+                            groups={chunk_id: doc_id for chunk_id, doc_id, _, _ in rows})
 
     @cached_property
     def _corpus_case(self) -> CorpusCase:
