@@ -209,9 +209,9 @@ class RetrievalConfig(StrictModel):
     graph_weight: float = Field(0.3, ge=0)
     rrf_k: int = Field(60, ge=1)
     top_k: int = Field(10, ge=1)
-    # BM25 over chunk texts, as a share of a perfect match. Off by default: measured next to the identifier signal,
-    # it moved no set's recall@5 by more than one gold document either way (see README, "Retrieval signals").
-    keyword_weight: float = Field(0.0, ge=0)
+    # BM25 over chunk texts, as a share of the question's best match: the words of a question that describes rather
+    # than names (an alert's text) find the passage that uses them.
+    keyword_weight: float = Field(0.2, ge=0)
     # The share of the question's identifiers (alert, metric, error names: CamelCase, snake_case, dotted, letters
     # with digits) a passage holds, weighted by their rarity: an exact rare identifier outweighs any similarity.
     identifier_weight: float = Field(0.7, ge=0)

@@ -42,7 +42,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from graphrag_pipeline.lib.config import Ontology, RetrievalConfig
-from graphrag_pipeline.lib.fusion import cap_at_origin, rank, reciprocal_rank_fusion, weighted_fusion
+from graphrag_pipeline.lib.fusion import cap_at_origin, normalize_by_max, rank, reciprocal_rank_fusion, weighted_fusion
 from graphrag_pipeline.lib.models import Chunk, Document, EntityNames, Relationship
 from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES, GraphStore, TraversalHit, VectorStore
@@ -184,11 +184,17 @@ class ChunkDirectory:
     def __init__(self, rows: Sequence[tuple[str, str, str]]):
         """``rows``: (chunk id, doc id, metadata JSON), each document's chunks in order."""
         self.chunks_of: dict[str, list[str]] = {}
+        self.doc_of: dict[str, str] = {}
         self.catalog_pages: set[str] = set()
         for chunk_id, doc_id, metadata in rows:
+            self.doc_of[chunk_id] = doc_id
             if doc_id not in self.chunks_of and json.loads(metadata).get("catalog"):
                 self.catalog_pages.add(doc_id)
             self.chunks_of.setdefault(doc_id, []).append(chunk_id)
+
+    def siblings(self, chunk_id: str) -> frozenset[str]:
+        """The chunks of the chunk's document, itself included."""
+        return frozenset(self.chunks_of.get(self.doc_of.get(chunk_id, ""), (chunk_id,)))
 
     def chunks_about(self, aboutness: Aboutness, entity_id: str) -> dict[str, float]:
         """The chunks of the documents about the entity, with how strongly their document is about it."""
@@ -320,7 +326,7 @@ class GraphRetriever(VectorRetriever):
         config, graph, timings = self.index.config, self.index.graph, result.timings
 
         started = time.perf_counter()
-        if config.keyword_weight:  # off by default: scoring every chunk for nothing would be the hot path's cost
+        if config.keyword_weight:
             result.keyword_scores = self.index.keyword_index().scores(question, SCORING_POOL)
         if identifiers(question):  # none: nothing to match, and a process's first question need not build the index
             result.identifier_scores = self.index.keyword_index().identifier_matches(question)
@@ -474,17 +480,14 @@ class GraphRetriever(VectorRetriever):
         """Chunk → best activation × specificity over the reached entities it mentions (× SUBJECT_BONUS when the
         entity is what the chunk's document is about: its title is one of the entity's names), at most the
         confidence of the question link the walk started from when only that link seeded it (``link_bounds``: a
-        passage reached from a weak link stays weak), clipped to 1, and the entity that gave it that score. A seed taken from an entry chunk does not score that chunk with its own
-        weight (the chunk already has its similarity), only with what another entry chunk gave the entity: entry
-        chunks that share rare entities support each other. ``origin``: chunk-seeded entity → (its entry chunk, the
-        weight another one gave it)."""
+        passage reached from a weak link stays weak), clipped to 1, and the entity that gave it that score.
+        A seed taken from an entry chunk does not score that chunk's document with its own weight (the chunk already
+        has its similarity, and a document does not vouch for its other passages), only with what another entry chunk
+        gave the entity: entry chunks of different documents that share rare entities support each other.
+        ``origin``: chunk-seeded entity → (its entry chunk, the weight another one gave it)."""
         graph = self.index.graph
         mentions = self.index.mention_counts([eid for eid, hit in reached.items() if hit.score >= MIN_ACTIVATION])
-        specific = {
-            eid: 1.0 / (1.0 + math.log10(max(1, count)))
-            for eid, count in mentions.items()
-            if count <= MAX_CHUNKS_PER_ENTITY
-        }
+        specific = {eid: specificity(count) for eid, count in mentions.items() if count <= MAX_CHUNKS_PER_ENTITY}
         chunks_of = graph.chunks_of_entities(list(specific))
         directory, aboutness = self.index.directory(), self.index.aboutness()
         # Each chunk keeps its largest contribution, ties going to the smallest entity id. Most of an entity's chunks
@@ -494,15 +497,18 @@ class GraphRetriever(VectorRetriever):
         singular: list[tuple[float, str, str]] = []
         for eid, chunk_ids in chunks_of.items():
             hit = reached[eid]
-            about_it = directory.chunks_about(aboutness, eid)
+            # Only a document wholly about the entity (its title, its own path name, a catalog link) is its subject's
+            # document: a folder that many documents share ("alertmanager/") says each is about it only in part.
+            about_it = {c for c, strength in directory.chunks_about(aboutness, eid).items() if strength >= 1.0}
             bound = link_bounds.get(hit.path[0], 1.0)
             came_from, other_weight = origin.get(eid, ("", 0.0)) if hit.hops == 0 else ("", 0.0)
-            if about_it or came_from:
+            own = directory.siblings(came_from) if came_from else frozenset()
+            if about_it or own:
                 others = []
                 for chunk_id in chunk_ids:
-                    if chunk_id in about_it or chunk_id == came_from:
-                        activation = other_weight if chunk_id == came_from else hit.score
-                        bonus = 1.0 + (SUBJECT_BONUS - 1.0) * about_it.get(chunk_id, 0.0)
+                    if chunk_id in about_it or chunk_id in own:
+                        activation = other_weight if chunk_id in own else hit.score
+                        bonus = SUBJECT_BONUS if chunk_id in about_it else 1.0
                         singular.append((min(activation * specific[eid] * bonus, bound), eid, chunk_id))
                     else:
                         others.append(chunk_id)
@@ -511,6 +517,11 @@ class GraphRetriever(VectorRetriever):
         best = strongest_contributions(plain, singular)
         scores = {c: min(1.0, score) for c, (score, _) in best.items()}
         return scores, {c: eid for c, (_, eid) in best.items()}
+
+
+def specificity(mention_count: int) -> float:
+    """1 / (1 + log10(chunks mentioning the entity)): 1 for one chunk, 1/2 at ten, 1/3 at a hundred."""
+    return 1.0 / (1.0 + math.log10(max(1, mention_count)))
 
 
 def strongest_contributions(
@@ -540,11 +551,14 @@ class HybridRetriever(GraphRetriever):
     ) -> dict[str, float]:
         config = self.index.config
         candidates = set(entry) | set(graph_pool) | set(retrieval.keyword_scores) | set(retrieval.relation_scores)
+        # BM25 as a share of the question's best match: a perfect match's share rates how many of the question's
+        # words a passage holds, which for a question that describes (an alert's text) is never many.
+        keyword = normalize_by_max(retrieval.keyword_scores)
         candidates |= set(retrieval.identifier_scores)
         signals = {
             "vector": {c: retrieval.vector_scores.get(c, retrieval.vector_floor) for c in candidates},
             "graph": {c: retrieval.graph_scores.get(c, 0.0) for c in candidates},
-            "keyword": {c: retrieval.keyword_scores.get(c, 0.0) for c in candidates},
+            "keyword": {c: keyword.get(c, 0.0) for c in candidates},
             "relation": {c: retrieval.relation_scores.get(c, 0.0) for c in candidates},
             "identifier": {c: retrieval.identifier_scores.get(c, 0.0) for c in candidates},
         }
