@@ -245,3 +245,55 @@ def test_catalog_names_in_text_are_spotted_and_a_catalog_change_reaches_chunks_e
         assert workspace.state.stale_extraction_chunks(workspace.extractor_key, workspace.extractor_family) == []
         keys = {key for (key,) in workspace.state.query("SELECT DISTINCT extractor_key FROM extractions")}
         assert keys == {workspace.extractor_key}
+
+
+# --- a names-only catalog: documents about what a relationship reached, by path and title --------------------------
+
+NAMES_ONLY_CATALOG = """\
+apiVersion: backstage.io/v1alpha1
+kind: Component
+metadata: {name: checkout}
+spec: {type: service, dependsOn: [component:vault, component:ledger]}
+---
+apiVersion: backstage.io/v1alpha1
+kind: Component
+metadata: {name: vault}
+spec: {type: service}
+---
+apiVersion: backstage.io/v1alpha1
+kind: Component
+metadata: {name: ledger}
+spec: {type: service}
+"""
+NAMES_ONLY_DOCS = {
+    "vault/README.md": "# Vault Service\n\nKeeps the signing keys sealed until an operator unseals them.\n",
+    "ledger/README.md": "# Ledger Service\n\nRecords every transfer between accounts.\n",
+    "notes/history.md": "# Platform history\n\nThe checkout flow chose vault and ledger years ago.\n",
+}
+NAMES_ONLY_QUESTION = "Checkout is failing. Which services does it depend on, and where are they documented?"
+
+
+def test_a_names_only_catalog_reaches_the_readme_titled_x_service_in_the_x_folder(tmp_path):
+    """The catalog says ``checkout`` depends on ``vault`` and ``ledger``; their READMEs are titled "Vault Service" and
+    "Ledger Service" and live in folders of those names. The dependency question ranks them first (relation 1.0),
+    the catalog's own pages below (half), a page that merely names them nowhere in the relation signal."""
+    corpus, catalog = tmp_path / "corpus", tmp_path / "catalog"
+    for name, text in NAMES_ONLY_DOCS.items():
+        (corpus / name).parent.mkdir(parents=True, exist_ok=True)
+        (corpus / name).write_text(text, encoding="utf-8")
+    catalog.mkdir()
+    (catalog / "catalog-info.yaml").write_text(NAMES_ONLY_CATALOG, encoding="utf-8")
+    settings = folder_settings(tmp_path / "index", corpus).with_overrides(sources=[
+        {"name": "t", "kind": "folder", "path": str(corpus)},
+        {"name": "cat", "kind": "catalog", "path": str(catalog)},
+    ])
+    vocabulary = set().union(*(content_words(t) for t in [*NAMES_ONLY_DOCS.values(), NAMES_ONLY_QUESTION]))
+    with build_and_open_index(settings, vocabulary) as engine:
+        response = engine.query(NAMES_ONLY_QUESTION, top_k=6)
+        relation = {r.doc_id: r.relation_score for r in response.results}
+        assert set(response.doc_ids[:2]) == {doc("vault/README.md"), doc("ledger/README.md")}
+        assert relation[doc("vault/README.md")] == relation[doc("ledger/README.md")] == 1.0
+        assert relation["cat:component:default/vault"] == 0.5
+        assert relation.get(doc("notes/history.md"), 0.0) == 0.0
+        followed = {(f.source, f.type, f.target) for f in response.relationships if f.followed}
+        assert followed == {("checkout", "DEPENDS_ON", "vault"), ("checkout", "DEPENDS_ON", "ledger")}

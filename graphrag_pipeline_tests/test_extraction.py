@@ -185,6 +185,19 @@ def test_technical_names_are_not_people_organizations_or_places(label: str, name
     assert make_extractor()._ner_type(label, name) == expected
 
 
+def test_a_proper_noun_label_on_words_the_chunk_writes_in_lower_case_is_no_entity() -> None:
+    """"Alert" and "CLUSTER NAMESPACE", capitalized by a heading or a template beside the chunk's own "alert",
+    "cluster" and "namespace", are common nouns; "Paris", never written "paris", stays a place, and so does a name of
+    title-cased words ("Mathematical Physics Institute") whatever the chunk writes its words as."""
+    text = ("Alert: CLUSTER NAMESPACE down. The alert fires when the cluster in a namespace is down, says the "
+            "Mathematical Physics Institute in Paris, about mathematical physics.")
+    spans = [(text.index(word), text.index(word) + len(word), label)
+             for word, label in [("Alert", "PERSON"), ("CLUSTER NAMESPACE", "ORG"), ("Paris", "GPE"),
+                                 ("Mathematical Physics Institute", "ORG")]]
+    found = {(span.name, span.type) for span in make_extractor()._candidate_spans(text, spans)}
+    assert found == {("Paris", "LOCATION"), ("Mathematical Physics Institute", "ORGANIZATION")}
+
+
 # --- spaCy-backed extraction ------------------------------------------------------------------------------------
 
 

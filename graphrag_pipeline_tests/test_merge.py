@@ -36,6 +36,17 @@ def test_one_real_world_entity_is_one_node_with_provenance():
     assert entity.description.count("takes card payments") == 1 and "written in Go" in entity.description
 
 
+def test_ner_labels_decide_a_type_only_when_no_other_spotter_gave_one():
+    """spaCy's person, place and organization labels mean little in technical text: two NER votes for PERSON lose to
+    one pattern's Service; alone, they still type the node (a person in prose)."""
+    mentions = [EntityMention("Pgbouncer", "PERSON", "", f"c{n}", "ner") for n in range(2)]
+    mentions.append(EntityMention("pgbouncer", "Service", "", "c9", "pattern"))
+    entities, _ = merge_extractions([("d", ChunkExtraction("c", tuple(mentions), ()))], ONTOLOGY)
+    assert [(e.canonical, e.type) for e in entities] == [("pgbouncer", "Service")]
+    alone, _ = merge_extractions([("d", ChunkExtraction("c", tuple(mentions[:2]), ()))], ONTOLOGY)
+    assert [e.type for e in alone] == ["PERSON"]
+
+
 def test_aliases_merge_entities():
     entities, _ = merge_extractions(
         [("d", extraction("c1", [("K8s", "TECHNOLOGY", ""), ("Kubernetes", "TECHNOLOGY", "")]))],

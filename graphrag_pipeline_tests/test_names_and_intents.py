@@ -56,6 +56,36 @@ def test_an_ordinary_word_is_generic_unless_the_corpus_writes_it_as_a_name():
     assert 0 < GENERIC_NAME_CONFIDENCE < 0.5
 
 
+@pytest.mark.parametrize("phrase, ordinary", [
+    ("config.", True),  # edge punctuation and case do not make a name
+    ("complete.", True),
+    ("AUTHENTICATION", True),
+    ("Load Balancer", True),  # a span made only of ordinary words is ordinary, however capitalized
+    ("the load balancer", True),  # function words do not count either way
+    ("Kafka", False),  # the corpus writes it capitalized
+    ("Kafka config", False),  # one name in the span makes it a name
+    ("etcd", False),  # not an English word, whatever case the corpus writes it in
+    ("payments-api", False),  # a name's shape
+])
+def test_ordinary_words_are_ordinary_whatever_their_case_punctuation_or_number(phrase, ordinary):
+    corpus = CorpusCase(["Set the config and restart; the load balancer keeps the complete authentication "
+                         "config. Kafka reads etcd. The balancer and the load are fine; etcd again."])
+    assert is_generic_word(phrase, corpus) is ordinary
+
+
+def test_a_phrase_names_the_entity_it_leaves_without_head_words_and_the_one_spelled_joined():
+    names = NameIndex(
+        [Entity("e-vault", "vault", "vault", "Service", "", 1, (), ()),
+         Entity("e-writer", "ledgerwriter", "ledgerwriter", "Service", "", 1, (), ())],
+        head_words=("service", "readme"),
+    )
+    assert [(link.phrase, link.entity_ids) for link in names.link("Is the Vault Service healthy?")] == [
+        ("Vault Service", {"e-vault"})]
+    assert [(link.phrase, link.entity_ids) for link in names.link("Ledger Writer is down")] == [
+        ("Ledger Writer", {"e-writer"})]
+    assert names.link("Service is down") == []  # a head word alone names nothing
+
+
 # --- intents --------------------------------------------------------------------------------------------------------
 
 
@@ -91,6 +121,41 @@ def test_no_phrase_no_intent_and_a_weak_referent_is_not_a_subject(intents):
     assert [(i.relationship_type, i.direction, i.subjects) for i in named] == [("DEPENDS_ON", "incoming", {"e"})]
 
 
+def test_an_intent_phrase_in_quoted_alert_text_does_not_fire(intents):
+    vault = [link("vault", 0, "ent-vault")]
+    quoted = "An alert is firing: payments calls vault for every request. Check vault first."
+    assert intents.read(quoted, [link("vault", quoted.index("vault"), "ent-vault")]) == []
+    asked = "An alert is firing: payments calls vault. Which services call vault?"
+    found = intents.read(asked, [link("vault", asked.rindex("vault"), "ent-vault")])
+    assert [(i.relationship_type, i.direction, i.phrase) for i in found] == [("DEPENDS_ON", "incoming", "call vault")]
+    # A question without a question mark asks in its first clause only.
+    assert intents.read("List the callers of vault", vault)[0].relationship_type == "DEPENDS_ON"
+    assert intents.read("Vault alert: payments calls vault", vault) == []
+
+
+def test_a_reference_points_at_the_named_entity_that_has_the_asked_relationships(intents):
+    question = "Currency is degraded: which consumers of it will see errors?"
+    weak = [link("Currency", 0, "ent-money", confidence=GENERIC_NAME_CONFIDENCE)]
+    assert intents.read(question, weak) == []  # without the graph, a weak word is no referent
+    with_edges = intents.read(question, weak, lambda ids, relationship_type: relationship_type == "DEPENDS_ON")
+    assert [(i.relationship_type, i.direction, i.subjects) for i in with_edges] == [
+        ("DEPENDS_ON", "incoming", {"ent-money"})]
+    assert intents.read(question, weak, lambda ids, relationship_type: False) == []  # nothing to follow: no referent
+
+
+@pytest.mark.parametrize("question", [
+    "What are the dependencies of the checkout service?",  # a determiner before the name
+    "Checkout is slow: which of its dependencies should we check?",  # a possessive reference
+])
+def test_determiners_and_possessive_references_come_from_the_ontology(intents, question):
+    start = question.lower().index("checkout")
+    words = "checkout service" if "service" in question else "checkout"
+    named = link(question[start:start + len(words)], start, "ent-checkout")
+    found = intents.read(question, [named], lambda ids, relationship_type: True)
+    assert [(i.relationship_type, i.direction, i.subjects) for i in found] == [
+        ("DEPENDS_ON", "outgoing", {"ent-checkout"})]
+
+
 def test_phrases_come_from_the_ontology_not_the_engine():
     ontology = Ontology(
         entity_types=({"name": "Thing"},), default_entity_type="Thing",
@@ -123,6 +188,19 @@ def test_bm25_scores_are_a_share_of_a_perfect_match_and_identifiers_weigh_more()
     assert index.scores("unknown vocabulary", limit=10) == {}
     assert index.identifier_matches("what is ERR_QUOTA_7?") == {"b": pytest.approx(1.0)}
     assert index.identifier_matches("quota tokens") == {}
+
+
+def test_a_sub_identifier_many_documents_share_scores_near_zero():
+    """Each identifier counts 1 / the documents that hold it; a document's chunks count once."""
+    texts = [(f"page-{n}", f"see http_requests_total on page {n}") for n in range(20)]
+    texts += [("runbook#1", "PgBouncerPoolExhausted fires when http_requests_total stalls"),
+              ("runbook#2", "PgBouncerPoolExhausted: raise the pool size")]
+    index = KeywordIndex(texts, groups={"runbook#1": "runbook", "runbook#2": "runbook"})
+    shared = index.identifier_matches("http_requests_total is flat")
+    assert len(shared) == 21 and max(shared.values()) == pytest.approx(1 / 21)
+    both = index.identifier_matches("PgBouncerPoolExhausted and http_requests_total")
+    assert both["runbook#1"] == pytest.approx(0.5 + 0.5 / 21) and both["runbook#2"] == pytest.approx(0.5)
+    assert both["page-3"] == pytest.approx(0.5 / 21)
 
 
 def test_identifier_shapes():

@@ -30,7 +30,7 @@ import pytest
 
 from graphrag_pipeline.lib.chunking import WordTokenizer
 from graphrag_pipeline.lib.config import PipelineSettings
-from graphrag_pipeline.lib.fusion import cap_at_origin, rank, reciprocal_rank_fusion, weighted_fusion
+from graphrag_pipeline.lib.fusion import cap_at_origin, normalize_by_max, rank, reciprocal_rank_fusion, weighted_fusion
 from graphrag_pipeline.lib.ids import entity_id, normalize_name
 from graphrag_pipeline.lib.models import Entity
 from graphrag_pipeline.lib.stages import build_everything
@@ -245,7 +245,7 @@ def open_engine(settings: PipelineSettings, vocabulary: set[str]) -> QueryEngine
 def engine(tmp_path_factory):
     files = {name: f"# {title}\n\n{body}\n" for name, (title, body) in DOCS.items()}
     extraction = {"dictionary": DICTIONARY, "ner_labels": NO_NER, "title_entity_type": None}
-    # BM25 is off by default; on here, so its place in the fusion is pinned too.
+    # BM25 at a weight of its own here, so its place in the fusion is pinned apart from the default's.
     with build_and_open(tmp_path_factory.mktemp("mechanisms"), files, extraction=extraction,
                         retrieval={"keyword_weight": 0.3}) as index:
         yield index
@@ -467,10 +467,12 @@ def test_mention_counts_come_from_the_first_read_and_from_the_graph_for_entities
             eid("Early Guild"): 3, eid("Late Guild"): 7}
 
 
-def test_a_question_without_an_identifier_leaves_the_keyword_index_unbuilt(plain_engine):
-    """Identifier matching is the only use hybrid makes of the keyword index by default, and a question that writes
-    no identifier has nothing to match: its process need not build the index (a third of a first question's time)."""
-    with open_engine(plain_engine.settings, VOCABULARY) as engine:
+def test_a_question_without_an_identifier_leaves_the_keyword_index_unbuilt_when_bm25_is_off(plain_engine):
+    """With BM25 weighed at 0, identifier matching is the only use hybrid makes of the keyword index, and a question
+    that writes no identifier has nothing to match: its process need not build the index (a third of a first
+    question's time)."""
+    settings = plain_engine.settings.with_overrides(retrieval={"keyword_weight": 0.0})
+    with open_engine(settings, VOCABULARY) as engine:
         lookups = vars(engine._retrievers["hybrid"].index)
         assert engine.retrieve(PLAIN_QUESTION).identifier_scores == {}
         assert "_keyword_index" not in lookups and "_corpus_case" in lookups
@@ -500,23 +502,25 @@ def test_each_chunk_keeps_its_largest_contribution_and_the_smallest_entity_givin
 
 
 @pytest.mark.parametrize("question", [BRIDGE_QUESTION, HUB_QUESTION, LAGOON_QUESTION])
-def test_weighted_fusion_is_0_7_vector_plus_0_3_graph_plus_0_3_keyword_for_every_candidate(engine, question):
+def test_weighted_fusion_is_0_7_vector_plus_0_3_graph_plus_0_3_keyword_share_for_every_candidate(engine, question):
+    """BM25 enters as a share of the question's best match."""
     retrieval = engine.retrieve(question, fusion="weighted")
     entry = set(engine.retrieve(question, mode="vector").combined)
     keyword = engine.retrieve(question, mode="keyword").keyword_scores
     assert keyword == retrieval.keyword_scores and not retrieval.relation_scores  # no relationship asked for
+    best_keyword = max(keyword.values())
     candidates = entry | set(rank(retrieval.graph_scores)[:100]) | set(keyword)
     assert set(retrieval.combined) == candidates
     assert any(retrieval.graph_scores.get(c, 0) > 0 for c in candidates)
-    without_graph = {c: 0.7 * retrieval.vector_scores.get(c, retrieval.vector_floor) + 0.3 * keyword.get(c, 0.0)
-                     for c in candidates}
+    without_graph = {c: 0.7 * retrieval.vector_scores.get(c, retrieval.vector_floor)
+                     + 0.3 * keyword.get(c, 0.0) / best_keyword for c in candidates}
     fused = {c: without_graph[c] + 0.3 * retrieval.graph_scores.get(c, 0.0) for c in candidates}
     assert retrieval.combined == pytest.approx(cap_at_origin(fused, without_graph, retrieval.reached_from), abs=1e-9)
 
     response = engine.query(question, fusion="weighted", top_k=10)
     assert response.results
     for result in response.results:
-        expected = 0.7 * result.vector_score + 0.3 * result.graph_score + 0.3 * result.keyword_score
+        expected = 0.7 * result.vector_score + 0.3 * result.graph_score + 0.3 * result.keyword_score / best_keyword
         if result.chunk_id in retrieval.reached_from:
             assert result.combined_score <= expected + 2e-6
         else:
@@ -562,7 +566,8 @@ def test_a_passage_reached_from_an_entry_passage_ranks_right_after_it_not_above_
     for name, text in files.items():
         (corpus / name).write_text(text, encoding="utf-8")
     extraction = {"dictionary": {"PERSON": ["Brisk Tamsin"]}, "ner_labels": NO_NER, "title_entity_type": None}
-    settings = folder_settings(tmp_path / "index", corpus, extraction=extraction)
+    # Similarity and the graph alone: the cap is what is pinned here.
+    settings = folder_settings(tmp_path / "index", corpus, extraction=extraction, retrieval={"keyword_weight": 0.0})
     vocabulary = set().union(*map(content_words, [question, *files.values()]))
     with build_and_open_index(settings, vocabulary) as engine:
         chunk = {doc: c for doc, c in engine.state.query("SELECT doc_id, chunk_id FROM chunks")}
@@ -587,10 +592,11 @@ def test_no_linked_entity_and_no_entity_in_entry_chunks_falls_back_to_vector_sea
     vector = plain_engine.retrieve(PLAIN_QUESTION, mode="vector")
     assert retrieval.fell_back_to_vector and not vector.fell_back_to_vector
     assert retrieval.linked == {} and retrieval.reached == {} and retrieval.graph_scores == {}
-    # Similarity and keywords alone, fused as always (nothing of the graph's, not even a zero).
+    # Similarity and keywords (a share of the best match) alone, fused as always (nothing of the graph's, not even a
+    # zero).
     weights = plain_engine.settings.retrieval
     assert retrieval.combined == pytest.approx(weighted_fusion(
-        {"vector": vector.vector_scores, "keyword": retrieval.keyword_scores},
+        {"vector": vector.vector_scores, "keyword": normalize_by_max(retrieval.keyword_scores)},
         {"vector": weights.vector_weight, "keyword": weights.keyword_weight},
     ))
     graph_mode = plain_engine.retrieve(PLAIN_QUESTION, mode="graph")
@@ -600,7 +606,9 @@ def test_no_linked_entity_and_no_entity_in_entry_chunks_falls_back_to_vector_sea
     assert response.fell_back_to_vector
     assert response.doc_ids[0] == "t:fox.txt"
     assert response.doc_ids == plain_engine.query(PLAIN_QUESTION, mode="vector", top_k=4).doc_ids
+    best_keyword = max(retrieval.keyword_scores.values())
     assert all(r.graph_score == 0 and r.entity_path == []
                and r.combined_score == pytest.approx(
-                   weights.vector_weight * r.vector_score + weights.keyword_weight * r.keyword_score, abs=2e-6)
+                   weights.vector_weight * r.vector_score + weights.keyword_weight * r.keyword_score / best_keyword,
+                   abs=2e-6)
                for r in response.results)

@@ -119,11 +119,14 @@ def _lowercase_words(text: str) -> frozenset[str]:
 
 
 def _written_as_common_noun(surface: str, lowercase_words: frozenset[str]) -> bool:
-    """Whether every word of an NER span is one its own chunk also writes in lower case: "Alert", "Cluster" or
-    "NAMESPACE" beside "alert", "cluster" and "namespace" are the text's common nouns capitalized by a heading or a
-    template, not a person's or a place's name (a name of prose, "Paris", is not written "paris")."""
-    words = [word.casefold() for word in _WORD.findall(surface)]
-    return bool(words) and all(word in lowercase_words for word in words)
+    """Whether an NER span is one word, or words in capitals, that its own chunk also writes in lower case: "Alert",
+    "Cluster" or "NAMESPACE" beside "alert", "cluster" and "namespace" are the text's common nouns capitalized by a
+    heading or a template, not a person's or a place's name. A name of prose is never written "paris"; one of
+    several title-cased words ("Journal of Mathematical Physics") is a name whatever its words are elsewhere."""
+    words = _WORD.findall(surface)
+    if not words or (len(words) > 1 and not surface.isupper()):
+        return False
+    return all(word.casefold() in lowercase_words for word in words)
 
 
 def load_spacy(model_name: str) -> Language:

@@ -29,8 +29,8 @@ from graphrag_pipeline.lib.ids import normalize_name, subject_key
 LINK_RELATIONSHIP_TYPES = frozenset({"HAS_RUNBOOK", "DOCUMENTED_IN"})
 LINK_STRENGTH = 1.0
 TITLE_STRENGTH = 1.0
-# A link target names a document when they share this many trailing path segments ("vault.md" alone is too common a
-# file name to decide which repository's page a URL means), or when the document's path has only one.
+# A link target names a document when its path ends with the document's, of at least this many segments ("vault.md"
+# alone is too common a file name to decide which page a URL means, unless no other document has it).
 MIN_LINK_SEGMENTS = 2
 _SEPARATORS = re.compile(r"\s*[:|/\u2013\u2014]\s*|\s+-\s+")
 _EXTENSION = re.compile(r"\.(?:md|markdown|mdx|rst|txt|html?|adoc|asciidoc|ya?ml)$", re.IGNORECASE)
@@ -96,15 +96,21 @@ class Aboutness:
                 strength = 1.0 / (1.0 + math.log10(spread[key]))
                 for entity_id in ids_by_name.get(key, ()):
                     self._add(entity_id, doc_id, strength)
-        by_tail: dict[tuple[str, ...], list[str]] = {}
+        by_name: dict[str, list[str]] = {}  # a document's own (last) segment -> the documents
         for doc_id, keys in segments_of.items():
-            by_tail.setdefault(tuple(keys[-MIN_LINK_SEGMENTS:]), []).append(doc_id)
+            if keys:
+                by_name.setdefault(keys[-1], []).append(doc_id)
         for target, entity_ids in links:
-            # A document whose last two path segments end the link's path (or whose one segment is all of it).
+            keys = link_segments(target, head)
+            named = by_name.get(keys[-1], []) if keys else []
             entity_ids = list(entity_ids)
-            for doc_id in by_tail.get(tuple(link_segments(target, head)[-MIN_LINK_SEGMENTS:]), ()):
-                for entity_id in entity_ids:
-                    self._add(entity_id, doc_id, LINK_STRENGTH)
+            for doc_id in named:
+                doc_keys = segments_of[doc_id]
+                # The link's path ends with the document's; a bare file name ("vault.md") names it only when no other
+                # document has that name.
+                if doc_keys == keys[-len(doc_keys):] and (len(doc_keys) >= MIN_LINK_SEGMENTS or len(named) == 1):
+                    for entity_id in entity_ids:
+                        self._add(entity_id, doc_id, LINK_STRENGTH)
 
     def _add(self, entity_id: str, doc_id: str, strength: float) -> None:
         documents = self._of_entity.setdefault(entity_id, {})

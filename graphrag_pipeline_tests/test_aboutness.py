@@ -1,0 +1,60 @@
+"""Which entities a document is about (query/aboutness.py), on documents and names the test writes: titles without
+their generic head words, path segments as strong as they are rare, catalog links by the end of their path."""
+
+from __future__ import annotations
+
+import pytest
+
+from graphrag_pipeline.query.aboutness import Aboutness, link_segments, path_segments, title_subjects
+
+HEAD_WORDS = frozenset({"service", "runbook", "runbooks", "readme", "docs", "overview", "index"})
+
+
+@pytest.mark.parametrize("title, expected", [
+    ("Vault Service", {"vault service", "vault"}),
+    ("Runbook: vault", {"runbook: vault", "vault"}),
+    ("Service Overview", {"service overview"}),  # nothing is left of a title of head words but the title itself
+    ("KubePodCrashLooping", {"kube pod crash looping"}),
+])
+def test_a_title_means_itself_and_what_is_left_without_its_generic_head_words(title, expected):
+    assert title_subjects(title, HEAD_WORDS) == expected
+
+
+def test_path_segments_drop_the_source_extensions_and_generic_names():
+    assert path_segments("ops:vault/README.md", HEAD_WORDS) == ["vault"]
+    assert path_segments("ops:docs/runbooks/vault_sealed.md", HEAD_WORDS) == ["vault sealed"]
+    assert path_segments("ops:docs/sop/observatorium.md#thanos-down", HEAD_WORDS) == ["sop", "observatorium",
+                                                                                       "thanos-down"]
+    assert link_segments("https://git.example.com/org/ops/blob/main/vault/README.md", HEAD_WORDS)[-1] == "vault"
+
+
+def test_a_title_x_service_in_x_readme_is_about_x_and_a_mention_elsewhere_is_not():
+    """The finding: a catalog's ``vault`` and a README titled "Vault Service" were never matched, so the documents of
+    the services a dependency question reached never ranked."""
+    about = Aboutness(
+        [("ops:vault/README.md", "Vault Service"), ("ops:payments/README.md", "Payments"),
+         ("ops:notes.md", "Why we chose vault")],
+        {"vault": {"e-vault"}, "payments": {"e-payments"}},
+        HEAD_WORDS,
+    )
+    assert about.documents_about("e-vault") == {"ops:vault/README.md": 1.0}
+    assert about.documents_about("e-payments") == {"ops:payments/README.md": 1.0}
+    assert about.strength("ops:notes.md", "e-vault") == 0.0
+
+
+def test_a_path_segment_is_as_strong_as_it_is_rare_among_the_documents():
+    documents = [(f"ops:kubernetes/alert-{n}.md", f"Alert {n}") for n in range(10)] + [("ops:etcd/backup.md", "Backup")]
+    about = Aboutness(documents, {"kubernetes": {"e-k8s"}, "etcd": {"e-etcd"}}, HEAD_WORDS)
+    assert about.strength("ops:etcd/backup.md", "e-etcd") == 1.0  # one document's folder
+    assert about.strength("ops:kubernetes/alert-3.md", "e-k8s") == pytest.approx(0.5)  # a folder of ten: 1/(1+1)
+
+
+def test_a_catalog_link_makes_the_linked_document_about_the_runbook_and_the_service():
+    documents = [("ops:incidents/vault-sealed.md", "Sealed storage"), ("wiki:other/vault-sealed.md", "Old page"),
+                 ("ops:db/failover.md", "Failover")]
+    links = [("https://git.example.com/org/ops/blob/main/incidents/vault-sealed.md", {"e-vault", "e-runbook"}),
+             ("https://git.example.com/org/ops/blob/main/failover.md", {"e-db"})]
+    about = Aboutness(documents, {}, HEAD_WORDS, links)
+    assert about.documents_about("e-vault") == {"ops:incidents/vault-sealed.md": 1.0}  # the path's end, not the name
+    assert about.documents_about("e-runbook") == {"ops:incidents/vault-sealed.md": 1.0}
+    assert about.documents_about("e-db") == {}  # the link ends in main/failover, the document in db/failover
