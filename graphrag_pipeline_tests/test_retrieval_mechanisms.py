@@ -8,7 +8,8 @@ mapped to null, document titles not turned into entities), so each passage menti
 
 What is pinned (see the retrievers' module docstring):
 * seeding: question-linked entities (name n-gram, or entity embedding >= 0.6) plus the entities of the top-5 entry
-  chunks, weighted (similarity / best similarity) ** 3;
+  chunks, weighted (first-hop similarity / best) ** 3, where a chunk's first-hop similarity is its cosine + 0.5 × its
+  BM25 as a share of the question's best match;
 * chunk graph score: max over reached entities of activation x specificity (1 / (1 + log10(mention count)))
   x 1.5 when the entity is the chunk's document title, clipped to 1; a chunk-seeded entity scores its own entry
   chunk only with the weight another entry chunk gave it;
@@ -41,6 +42,7 @@ from graphrag_pipeline.lib.stores.protocols import SCORE_TOLERANCE, Embedder, Tr
 from graphrag_pipeline.lib.workspace import Workspace
 from graphrag_pipeline.query.engine import QueryEngine
 from graphrag_pipeline.query.retrievers import (
+    ENTRY_KEYWORD_SHARE,
     MAX_CHUNKS_PER_ENTITY,
     GraphRetriever,
     IndexReader,
@@ -373,13 +375,20 @@ def test_a_passage_about_the_entity_scores_above_one_that_merely_mentions_it(eng
 # --- 4. entry passages sharing a rare entity support each other ---------------------------------------------------
 
 
+def first_hop_similarity(retrieval: Retrieval) -> dict[str, float]:
+    """What entry passages are chosen and weighed by: similarity + 0.5 × BM25 as a share of the best match."""
+    share = normalize_by_max(retrieval.keyword_scores)
+    return {c: retrieval.vector_scores.get(c, 0.0) + ENTRY_KEYWORD_SHARE * share.get(c, 0.0)
+            for c in retrieval.vector_scores.keys() | share.keys()}
+
+
 def test_entry_passages_sharing_a_rare_entity_support_each_other(engine, chunk_of):
     shared, own = eid("Pellinore Reach"), eid("Ansgar Tolvey")
     retrieval = engine.retrieve(LAGOON_QUESTION)
-    entry = rank(engine.retrieve(LAGOON_QUESTION, mode="vector").combined)[:5]
+    v = first_hop_similarity(retrieval)
+    entry = rank(v)[:5]
     first, second, birds = chunk_of["lagoon-depth.md"], chunk_of["lighthouse-keeper.md"], chunk_of["lagoon-birds.md"]
     assert entry[0] == first and {second, birds} <= set(entry)
-    v = retrieval.vector_scores
     second_weight = (v[second] / v[first]) ** 3
     assert 0.05 < second_weight < 1
 
@@ -401,8 +410,9 @@ def test_entry_passages_sharing_a_rare_entity_support_each_other(engine, chunk_o
 
 def test_entry_chunk_seeds_weigh_relative_similarity_cubed_and_only_the_top_five_seed(engine, chunk_of):
     retrieval = engine.retrieve(LAGOON_QUESTION, max_hops=0)
-    v = retrieval.vector_scores
-    ranking = rank(engine.retrieve(LAGOON_QUESTION, mode="vector").combined)
+    assert ENTRY_KEYWORD_SHARE == 0.5 and retrieval.keyword_scores
+    v = first_hop_similarity(retrieval)
+    ranking = rank(v)
     best = v[chunk_of["lagoon-depth.md"]]
     assert ranking.index(chunk_of["lagoon-birds.md"]) < 5 <= ranking.index(chunk_of["ferry-notes.md"])
     assert v[chunk_of["ferry-notes.md"]] > 0  # similar, but the sixth entry chunk
