@@ -200,7 +200,7 @@ def test_a_relationship_only_a_restricted_document_states_is_no_fact_for_other_c
 
 def test_an_entity_path_names_no_hop_only_a_restricted_document_makes(index):
     """The walk from ledger-db reaches checkout-service only through LAUNCH (a relationship, and its entry passage)."""
-    question = "What does ledger-db serve?"
+    question = "Which service does ledger-db serve?"
 
     def hops(response) -> set[tuple[str, str]]:
         return {hop for r in response.results for hop in zip(r.entity_path, r.entity_path[1:])}

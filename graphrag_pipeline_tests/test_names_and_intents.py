@@ -185,6 +185,7 @@ def test_bm25_scores_are_a_share_of_a_perfect_match_and_identifiers_weigh_more()
     scores = index.scores("quota ERR_QUOTA_7", limit=10)
     assert set(scores) == {"a", "b"} and all(0 < s < 1 for s in scores.values())
     assert scores["b"] > scores["a"]  # the identifier outweighs the short page's shared word
+    assert index.best_match_shares("quota ERR_QUOTA_7", limit=10) == {"b": 1.0, "a": scores["a"] / scores["b"]}
     assert index.scores("unknown vocabulary", limit=10) == {}
     assert index.identifier_matches("what is ERR_QUOTA_7?") == {"b": pytest.approx(1.0)}
     assert index.identifier_matches("quota tokens") == {}

@@ -31,7 +31,7 @@ import pytest
 
 from graphrag_pipeline.lib.chunking import WordTokenizer
 from graphrag_pipeline.lib.config import PipelineSettings
-from graphrag_pipeline.lib.fusion import cap_at_origin, normalize_by_max, rank, reciprocal_rank_fusion, weighted_fusion
+from graphrag_pipeline.lib.fusion import cap_at_origin, rank, reciprocal_rank_fusion, weighted_fusion
 from graphrag_pipeline.lib.ids import entity_id, normalize_name
 from graphrag_pipeline.lib.models import Entity
 from graphrag_pipeline.lib.stages import build_everything
@@ -377,7 +377,7 @@ def test_a_passage_about_the_entity_scores_above_one_that_merely_mentions_it(eng
 
 def first_hop_similarity(retrieval: Retrieval) -> dict[str, float]:
     """What entry passages are chosen and weighed by: similarity + 0.5 × BM25 as a share of the best match."""
-    share = normalize_by_max(retrieval.keyword_scores)
+    share = retrieval.keyword_scores
     return {c: retrieval.vector_scores.get(c, 0.0) + ENTRY_KEYWORD_SHARE * share.get(c, 0.0)
             for c in retrieval.vector_scores.keys() | share.keys()}
 
@@ -512,25 +512,24 @@ def test_each_chunk_keeps_its_largest_contribution_and_the_smallest_entity_givin
 
 
 @pytest.mark.parametrize("question", [BRIDGE_QUESTION, HUB_QUESTION, LAGOON_QUESTION])
-def test_weighted_fusion_is_0_7_vector_plus_0_3_graph_plus_0_3_keyword_share_for_every_candidate(engine, question):
-    """BM25 enters as a share of the question's best match."""
+def test_weighted_fusion_is_0_7_vector_plus_0_3_graph_plus_0_3_keyword_for_every_candidate(engine, question):
     retrieval = engine.retrieve(question, fusion="weighted")
     entry = set(engine.retrieve(question, mode="vector").combined)
     keyword = engine.retrieve(question, mode="keyword").keyword_scores
     assert keyword == retrieval.keyword_scores and not retrieval.relation_scores  # no relationship asked for
-    best_keyword = max(keyword.values())
+    assert max(keyword.values()) == 1.0  # BM25 as a share of the question's best match
     candidates = entry | set(rank(retrieval.graph_scores)[:100]) | set(keyword)
     assert set(retrieval.combined) == candidates
     assert any(retrieval.graph_scores.get(c, 0) > 0 for c in candidates)
-    without_graph = {c: 0.7 * retrieval.vector_scores.get(c, retrieval.vector_floor)
-                     + 0.3 * keyword.get(c, 0.0) / best_keyword for c in candidates}
+    without_graph = {c: 0.7 * retrieval.vector_scores.get(c, retrieval.vector_floor) + 0.3 * keyword.get(c, 0.0)
+                     for c in candidates}
     fused = {c: without_graph[c] + 0.3 * retrieval.graph_scores.get(c, 0.0) for c in candidates}
     assert retrieval.combined == pytest.approx(cap_at_origin(fused, without_graph, retrieval.reached_from), abs=1e-9)
 
     response = engine.query(question, fusion="weighted", top_k=10)
     assert response.results
     for result in response.results:
-        expected = 0.7 * result.vector_score + 0.3 * result.graph_score + 0.3 * result.keyword_score / best_keyword
+        expected = 0.7 * result.vector_score + 0.3 * result.graph_score + 0.3 * result.keyword_score
         if result.chunk_id in retrieval.reached_from:
             assert result.combined_score <= expected + 2e-6
         else:
@@ -602,11 +601,10 @@ def test_no_linked_entity_and_no_entity_in_entry_chunks_falls_back_to_vector_sea
     vector = plain_engine.retrieve(PLAIN_QUESTION, mode="vector")
     assert retrieval.fell_back_to_vector and not vector.fell_back_to_vector
     assert retrieval.linked == {} and retrieval.reached == {} and retrieval.graph_scores == {}
-    # Similarity and keywords (a share of the best match) alone, fused as always (nothing of the graph's, not even a
-    # zero).
+    # Similarity and keywords alone, fused as always (nothing of the graph's, not even a zero).
     weights = plain_engine.settings.retrieval
     assert retrieval.combined == pytest.approx(weighted_fusion(
-        {"vector": vector.vector_scores, "keyword": normalize_by_max(retrieval.keyword_scores)},
+        {"vector": vector.vector_scores, "keyword": retrieval.keyword_scores},
         {"vector": weights.vector_weight, "keyword": weights.keyword_weight},
     ))
     graph_mode = plain_engine.retrieve(PLAIN_QUESTION, mode="graph")
@@ -616,9 +614,7 @@ def test_no_linked_entity_and_no_entity_in_entry_chunks_falls_back_to_vector_sea
     assert response.fell_back_to_vector
     assert response.doc_ids[0] == "t:fox.txt"
     assert response.doc_ids == plain_engine.query(PLAIN_QUESTION, mode="vector", top_k=4).doc_ids
-    best_keyword = max(retrieval.keyword_scores.values())
     assert all(r.graph_score == 0 and r.entity_path == []
                and r.combined_score == pytest.approx(
-                   weights.vector_weight * r.vector_score + weights.keyword_weight * r.keyword_score / best_keyword,
-                   abs=2e-6)
+                   weights.vector_weight * r.vector_score + weights.keyword_weight * r.keyword_score, abs=2e-6)
                for r in response.results)

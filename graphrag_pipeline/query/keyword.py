@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from graphrag_pipeline.lib.fusion import normalize_by_max
+
 # Lower-case runs of letters and digits, as most BM25 baselines count them; an identifier such as
 # "KubePodCrashLooping" or "payments-api" is kept whole as well as in parts, so the exact spelling scores highest.
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
@@ -93,6 +95,10 @@ class KeywordIndex:
             for item in holders:
                 shares[item] = shares.get(item, 0.0) + evidence
         return shares
+
+    def best_match_shares(self, query: str, limit: int) -> dict[str, float]:
+        """``scores`` as a share of the best item's: the best is 1."""
+        return normalize_by_max(self.scores(query, limit))
 
     def scores(self, query: str, limit: int) -> dict[str, float]:
         """The ``limit`` best items for a query with their BM25 scores as a share of a perfect match's (in (0, 1))."""

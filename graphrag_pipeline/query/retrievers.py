@@ -43,7 +43,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from graphrag_pipeline.lib.config import Ontology, RetrievalConfig
-from graphrag_pipeline.lib.fusion import cap_at_origin, normalize_by_max, rank, reciprocal_rank_fusion, weighted_fusion
+from graphrag_pipeline.lib.fusion import cap_at_origin, rank, reciprocal_rank_fusion, weighted_fusion
 from graphrag_pipeline.lib.models import Chunk, Document, EntityNames, Relationship
 from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES, GraphStore, TraversalHit, VectorStore
@@ -224,7 +224,9 @@ class Retrieval:
     seed_via: dict[str, str] = field(default_factory=dict)
     vector_floor: float = 0.0  # similarity assumed for chunks outside the vector pool
     fell_back_to_vector: bool = False
-    keyword_scores: dict[str, float] = field(default_factory=dict)  # BM25 / the question's best
+    # BM25 as a share of the question's best match (a share of a perfect match rates how many of the question's words
+    # a passage holds, which for a question that describes, such as an alert's text, is never many)
+    keyword_scores: dict[str, float] = field(default_factory=dict)
     identifier_scores: dict[str, float] = field(default_factory=dict)  # share of the question's identifiers held
     # The relationships the question asked for, the ones followed, and the documents about what they reached.
     intents: list[RelationIntent] = field(default_factory=list)
@@ -315,7 +317,7 @@ class KeywordRetriever(VectorRetriever):
 
     def retrieve(self, question: str, query_vector: np.ndarray, parameters: QueryParameters) -> Retrieval:
         started = time.perf_counter()
-        scores = self.index.keyword_index().scores(question, SCORING_POOL)
+        scores = self.index.keyword_index().best_match_shares(question, SCORING_POOL)
         retrieval = Retrieval(question, parameters.mode, dict(scores), {}, {"keyword_search": elapsed_ms(started)})
         retrieval.keyword_scores = scores
         return retrieval
@@ -331,7 +333,7 @@ class GraphRetriever(VectorRetriever):
 
         started = time.perf_counter()
         if config.keyword_weight:
-            result.keyword_scores = self.index.keyword_index().scores(question, SCORING_POOL)
+            result.keyword_scores = self.index.keyword_index().best_match_shares(question, SCORING_POOL)
         if identifiers(question):  # none: nothing to match, and a process's first question need not build the index
             result.identifier_scores = self.index.keyword_index().identifier_matches(question)
         timings["keyword_search"] = elapsed_ms(started)
@@ -416,9 +418,9 @@ class GraphRetriever(VectorRetriever):
         """How well each candidate answers the question's first hop: its similarity, plus ENTRY_KEYWORD_SHARE × its
         BM25 as a share of the question's best match when keywords are weighed (the passage that uses the question's
         own rare words is an entry point however its embedding ranks it)."""
-        if not result.keyword_scores:
+        share = result.keyword_scores
+        if not share:
             return result.vector_scores
-        share = normalize_by_max(result.keyword_scores)
         return {c: result.vector_scores.get(c, 0.0) + ENTRY_KEYWORD_SHARE * share.get(c, 0.0)
                 for c in result.vector_scores.keys() | share.keys()}
 
@@ -567,14 +569,11 @@ class HybridRetriever(GraphRetriever):
     ) -> dict[str, float]:
         config = self.index.config
         candidates = set(entry) | set(graph_pool) | set(retrieval.keyword_scores) | set(retrieval.relation_scores)
-        # BM25 as a share of the question's best match: a perfect match's share rates how many of the question's
-        # words a passage holds, which for a question that describes (an alert's text) is never many.
-        keyword = normalize_by_max(retrieval.keyword_scores)
         candidates |= set(retrieval.identifier_scores)
         signals = {
             "vector": {c: retrieval.vector_scores.get(c, retrieval.vector_floor) for c in candidates},
             "graph": {c: retrieval.graph_scores.get(c, 0.0) for c in candidates},
-            "keyword": {c: keyword.get(c, 0.0) for c in candidates},
+            "keyword": {c: retrieval.keyword_scores.get(c, 0.0) for c in candidates},
             "relation": {c: retrieval.relation_scores.get(c, 0.0) for c in candidates},
             "identifier": {c: retrieval.identifier_scores.get(c, 0.0) for c in candidates},
         }
