@@ -257,7 +257,9 @@ spec: {type: service, dependsOn: [component:vault, component:ledger]}
 ---
 apiVersion: backstage.io/v1alpha1
 kind: Component
-metadata: {name: vault}
+metadata:
+  name: vault
+  links: [{url: "https://git.example.com/ops/blob/main/incidents/sealed.md", title: Runbook}]
 spec: {type: service}
 ---
 apiVersion: backstage.io/v1alpha1
@@ -269,6 +271,7 @@ NAMES_ONLY_DOCS = {
     "vault/README.md": "# Vault Service\n\nKeeps the signing keys sealed until an operator unseals them.\n",
     "ledger/README.md": "# Ledger Service\n\nRecords every transfer between accounts.\n",
     "notes/history.md": "# Platform history\n\nThe checkout flow chose vault and ledger years ago.\n",
+    "incidents/sealed.md": "# Sealed storage\n\nUnseal with three operator shares, then restart the signer.\n",
 }
 NAMES_ONLY_QUESTION = "Checkout is failing. Which services does it depend on, and where are they documented?"
 
@@ -289,10 +292,11 @@ def test_a_names_only_catalog_reaches_the_readme_titled_x_service_in_the_x_folde
     ])
     vocabulary = set().union(*(content_words(t) for t in [*NAMES_ONLY_DOCS.values(), NAMES_ONLY_QUESTION]))
     with build_and_open_index(settings, vocabulary) as engine:
-        response = engine.query(NAMES_ONLY_QUESTION, top_k=6)
+        response = engine.query(NAMES_ONLY_QUESTION, top_k=7)
         relation = {r.doc_id: r.relation_score for r in response.results}
-        assert set(response.doc_ids[:2]) == {doc("vault/README.md"), doc("ledger/README.md")}
-        assert relation[doc("vault/README.md")] == relation[doc("ledger/README.md")] == 1.0
+        about = {doc("vault/README.md"), doc("ledger/README.md"), doc("incidents/sealed.md")}
+        assert set(response.doc_ids[:3]) == about
+        assert all(relation[d] == 1.0 for d in about)
         assert relation["cat:component:default/vault"] == 0.5
         assert relation.get(doc("notes/history.md"), 0.0) == 0.0
         followed = {(f.source, f.type, f.target) for f in response.relationships if f.followed}

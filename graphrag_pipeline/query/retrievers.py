@@ -169,8 +169,8 @@ class IndexReader:
     def _aboutness(self) -> Aboutness:
         names = self._entity_lookups[0]
         links = []
-        catalog_ids = [doc_id for (doc_id,) in self.state.query("SELECT doc_id FROM source_extractions")]
-        for record in self.state.source_extractions(catalog_ids).values():
+        # Only catalog pages state links (an eval set's shipped extractions, one per document, state none).
+        for record in self.state.source_extractions(self._directory.catalog_pages).values():
             typed = record.get(CATALOG_RECORD_KEY) or {}
             for (subject, _, target), relationship_type in zip(record.get("triples", ()),
                                                                 typed.get("relation_types", ())):
