@@ -204,6 +204,18 @@ def test_a_sub_identifier_many_documents_share_scores_near_zero():
     assert both["page-3"] == pytest.approx(0.5 / 21)
 
 
+def test_camel_case_names_count_their_words_too():
+    """A runbook titled "AlertmanagerFailedToSendAlerts" matches a question that says "failed to send" in words."""
+    assert terms("AlertmanagerFailedToSendAlerts KubeAPIDown") == [
+        "alertmanagerfailedtosendalerts", "kubeapidown",
+        "alertmanager", "failed", "to", "send", "alerts", "kube", "api", "down",
+    ]
+    index = KeywordIndex([("runbook", "AlertmanagerFailedToSendAlerts\nCheck the receiver."),
+                          ("other", "Alertmanager config reload\nThe reload failed.")])
+    assert max(index.scores("An instance failed to send notifications", limit=2).items(),
+               key=lambda kv: kv[1])[0] == "runbook"
+
+
 def test_identifier_shapes():
     found = identifiers("KubePodCrashLooping node_cpu_total api.v1 http2 payments-api 1990s Paris well-known")
     assert found == {"kubepodcrashlooping", "node_cpu_total", "api.v1", "http2"}
