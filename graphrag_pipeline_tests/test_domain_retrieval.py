@@ -16,6 +16,7 @@ import pytest
 from graphrag_pipeline.lib.ids import entity_id, stable_shard
 from graphrag_pipeline.lib.stages import build_everything
 from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.query import explore
 from graphrag_pipeline.query.linking import GENERIC_NAME_CONFIDENCE
 
 from .conftest import folder_settings
@@ -272,6 +273,8 @@ NAMES_ONLY_DOCS = {
     "ledger/README.md": "# Ledger Service\n\nRecords every transfer between accounts.\n",
     "notes/history.md": "# Platform history\n\nThe checkout flow chose vault and ledger years ago.\n",
     "incidents/sealed.md": "# Sealed storage\n\nUnseal with three operator shares, then restart the signer.\n",
+    "vault/shares.md": "---\naccess_groups: [vault-ops]\n---\n# Share holders\n\nThe three operator shares are kept "
+                       "by the night shift.\n",
 }
 NAMES_ONLY_QUESTION = "Checkout is failing. Which services does it depend on, and where are they documented?"
 
@@ -301,3 +304,13 @@ def test_a_names_only_catalog_reaches_the_readme_titled_x_service_in_the_x_folde
         assert relation.get(doc("notes/history.md"), 0.0) == 0.0
         followed = {(f.source, f.type, f.target) for f in response.relationships if f.followed}
         assert followed == {("checkout", "DEPENDS_ON", "vault"), ("checkout", "DEPENDS_ON", "ledger")}
+
+        # Exploring vault lists the same documents about it, those the caller may read, most strongly first.
+        public = explore.entity_neighbourhood(engine, entity_id("vault"))["documents"]
+        assert {d["doc_id"] for d in public if d["about"] == 1.0} == {
+            doc("vault/README.md"), doc("incidents/sealed.md"), "cat:component:default/vault"}
+        assert doc("vault/shares.md") not in {d["doc_id"] for d in public}
+        entitled = explore.entity_neighbourhood(engine, entity_id("vault"), groups=["vault-ops"])["documents"]
+        shares = next(d for d in entitled if d["doc_id"] == doc("vault/shares.md"))
+        assert shares["title"] == "Share holders" and 0 < shares["about"] < 1  # a folder of two documents
+        assert [d["about"] for d in entitled] == sorted((d["about"] for d in entitled), reverse=True)

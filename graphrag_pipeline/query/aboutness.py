@@ -12,7 +12,7 @@ A document is about an entity, with a strength in (0, 1], when:
 
 Titles are the weakest convention (a catalog's ``checkout`` and a README's "Checkout Service"); paths and links
 survive the corpora where titles fail. Built once per open index and shared by the relation signal, the graph
-scores and exploration.
+scores and exploration (``QueryEngine.documents_about``).
 """
 
 from __future__ import annotations

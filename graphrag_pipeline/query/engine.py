@@ -59,8 +59,9 @@ class QueryEngine:
         self.graph = graph_store
         self.vectors = vector_store
         self.embedder = embedder
-        index = IndexReader(settings.retrieval, settings.ontology, state=state, graph=graph_store, vectors=vector_store)
-        self._retrievers: dict[Mode, Retriever] = {mode: make(index) for mode, make in RETRIEVERS.items()}
+        self._index = IndexReader(settings.retrieval, settings.ontology, state=state, graph=graph_store,
+                                  vectors=vector_store)
+        self._retrievers: dict[Mode, Retriever] = {mode: make(self._index) for mode, make in RETRIEVERS.items()}
 
     def close(self) -> None:
         for store in (self.vectors, self.graph, self.state):
@@ -93,6 +94,11 @@ class QueryEngine:
         retriever = self._retrievers[parameters.mode]
         retrieval = self._retrieve(retriever, question, parameters)
         return self._respond(retriever, retrieval, parameters, access)
+
+    def documents_about(self, entity_id: str) -> dict[str, float]:
+        """Doc id → how strongly the document is about the entity (``query.aboutness``: the evidence the relation
+        signal and the graph scores use), whoever may read it: callers filter by access."""
+        return self._index.aboutness().documents_about(entity_id)
 
     def retrieve(
         self,

@@ -27,6 +27,8 @@ class Index(Protocol):
     state: StateStore
     graph: GraphStore
 
+    def documents_about(self, entity_id: str) -> dict[str, float]: ...
+
 
 def _store_stats(graph: GraphStore, top_types: int) -> dict[str, Any]:
     """The store's own counts: what a caller who reads every document sees."""
@@ -69,7 +71,8 @@ def graph_stats(index: Index, *, groups: Iterable[str] = (), top_types: int = 10
 def entity_neighbourhood(index: Index, entity_id: str, *, groups: Iterable[str] = (), limit: int = 50,
                          ) -> dict[str, Any] | None:
     """One entity as a caller holding ``groups`` may see it, with up to ``limit`` of its relationships that some
-    readable document states (heaviest first) and the entities at their other ends; None when the caller may not see
+    readable document states (heaviest first), the entities at their other ends and up to ``limit`` readable documents
+    about it (most strongly first); None when the caller may not see
     the entity (or it does not exist: the two are told apart by nobody)."""
     _check_page(0, limit)
     access = reader_access(index.state, groups)
@@ -84,8 +87,14 @@ def entity_neighbourhood(index: Index, entity_id: str, *, groups: Iterable[str] 
                 if rid in stored and access.can_read_any(stored[rid].doc_ids)][:limit]
     readable = with_provenance(index.state, readable, access)
     ends = index.graph.get_entities({r.source_id for r in readable} | {r.target_id for r in readable})
+    about = sorted(((strength, doc_id) for doc_id, strength in index.documents_about(entity_id).items()
+                    if access.can_read(doc_id)), key=lambda item: (-item[0], item[1]))[:limit]
+    titles = {d.doc_id: d.title for d in index.state.documents(doc_ids={doc_id for _, doc_id in about})}
     return {
         "entity": _entity_row(entity, access),
+        # The documents about it (its title, path or a catalog link names it), the ones the caller may read.
+        "documents": [{"doc_id": doc_id, "title": titles.get(doc_id, ""), "about": round(strength, 3)}
+                      for strength, doc_id in about],
         "relationships": [
             {"id": r.relationship_id, "subject": ends[r.source_id].name, "subject_id": r.source_id,
              "predicate": r.type, "object": ends[r.target_id].name, "object_id": r.target_id,

@@ -104,6 +104,11 @@ class OpenIndex:
         with self._answering() as engine:
             return engine.retrieve(question, **options)
 
+    def documents_about(self, entity_id: str) -> dict[str, float]:
+        """``QueryEngine.documents_about`` on the newest published version."""
+        with self._answering() as engine:
+            return engine.documents_about(entity_id)
+
     def close(self) -> None:
         with self._lock:
             if self._closed:
