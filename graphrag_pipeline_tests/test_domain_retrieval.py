@@ -148,6 +148,13 @@ def test_what_a_service_depends_on_ranks_the_documents_about_its_dependencies_fi
     assert all(f.doc_ids and all(is_catalog_page(d) for d in f.doc_ids) for f in followed)
 
 
+def test_the_facts_a_question_asked_for_are_all_shown_however_few_results_it_asks_for(engine):
+    response = engine.query(DEPS_QUESTION, top_k=1)
+    assert len(response.results) == 1
+    assert {(f.source, f.type, f.target) for f in response.relationships if f.followed} == {
+        ("ledger", "DEPENDS_ON", "vaultstore"), ("ledger", "DEPENDS_ON", "ratelimiter")}
+
+
 def test_what_depends_on_a_service_follows_the_same_edges_the_other_way(engine):
     response = engine.query(DEPENDENTS_QUESTION, top_k=5)
     assert response.doc_ids[0] == doc("storefront.md")
