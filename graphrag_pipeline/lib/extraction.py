@@ -101,7 +101,6 @@ _CODE_LIKE = re.compile(r"[a-z]{2}[A-Z]|[a-z0-9]-[a-z0-9]|\w[_/]\w|[a-z0-9]\.[a-
 _QUOTING = re.compile(r"[`*\"\u201c\u201d]")
 # A verb phrase's subject is looked for only after the last of these before it ("X fails; it uses Y": "it").
 _CLAUSE_BREAK = re.compile(r"[;:()\[\]{}!?|\u2013\u2014]|\s-\s|\.\s")
-_GAP_WORD = _WORD  # a word between a verb phrase and its subject or object
 # "A uses B, C and D": what may stand between two objects of one verb phrase.
 _LIST_SEPARATOR = re.compile(r"\s*(?:[,/&]\s*)?(?:(?:and|or)\s+)?(?:(?:the|a|an)\s+)?", re.IGNORECASE)
 _RELATIVE_CLAUSE = re.compile(r"\s*,\s*(?:which|that|who)\s+", re.IGNORECASE)
@@ -851,7 +850,7 @@ def _is_short_gap(gap: str) -> bool:
     """At most MAX_GAP_WORDS plain words, none of which joins, negates or conditions the statement."""
     words = gap.split()
     return len(words) <= MAX_GAP_WORDS and all(
-        _GAP_WORD.fullmatch(word) and word.lower() not in _NOT_IN_A_GAP for word in words
+        _WORD.fullmatch(word) and word.lower() not in _NOT_IN_A_GAP for word in words
     )
 
 

@@ -77,6 +77,18 @@ def key_variants(key: str) -> set[str]:
     return {key, " ".join(words), "-".join(words), "".join(words)}
 
 
+def without_edge_words(key: str, words: frozenset[str]) -> str:
+    """A normalized name without the given words at its start and end ("checkout service" → "checkout" when
+    "service" is one of them); empty when nothing else is left."""
+    parts = key.split()
+    start, end = 0, len(parts)
+    while start < end and parts[start] in words:
+        start += 1
+    while end > start and parts[end - 1] in words:
+        end -= 1
+    return " ".join(parts[start:end])
+
+
 def is_plain_word(name: str) -> bool:
     """One word of letters written like an ordinary word ("cart", "Checkout"), not like a name of its own kind: no
     digit, joiner or space ("product-catalog", "Cart Service") and no inner capital ("LedgerService")."""

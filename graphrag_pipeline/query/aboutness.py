@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from urllib.parse import unquote, urlsplit
 
-from graphrag_pipeline.lib.ids import normalize_name, subject_key
+from graphrag_pipeline.lib.ids import normalize_name, subject_key, without_edge_words
 
 # The catalog edges whose target is a document: a runbook or a page, named by its URL or path.
 LINK_RELATIONSHIP_TYPES = frozenset({"HAS_RUNBOOK", "DOCUMENTED_IN"})
@@ -39,15 +39,8 @@ _EXTENSION = re.compile(r"\.(?:md|markdown|mdx|rst|txt|html?|adoc|asciidoc|ya?ml
 def title_subjects(title: str, head_words: frozenset[str]) -> set[str]:
     """The name keys a title can mean: the title itself, and each part of it (split at ":" "|" "/" " - ") with the
     generic head words at its edges dropped ("Vault Service" → "vault service", "vault")."""
-    keys = {subject_key(title)} if title.strip() else set()
-    for part in [title, *_SEPARATORS.split(title)]:
-        words = normalize_name(part).split()
-        while words and words[0] in head_words:
-            words.pop(0)
-        while words and words[-1] in head_words:
-            words.pop()
-        if words:
-            keys.add(" ".join(words))
+    keys = {subject_key(title)} | {without_edge_words(normalize_name(part), head_words)
+                                   for part in [title, *_SEPARATORS.split(title)]}
     keys.discard("")
     return keys
 

@@ -242,8 +242,8 @@ class QueryEngine:
         self, retrieval: Retrieval, paths: dict[str, tuple[str, ...]], access: ReaderAccess
     ) -> dict[str, Entity]:
         """The entities an answer names that the caller may see: those on its paths, the question's, the ends of the
-        relationships it followed, and the reached entities its results mention. The facts among them are the facts behind the answer ("ledger-db is
-        owned by team-payments" in a dependency's page, two hops out)."""
+        relationships it followed, and the reached entities its results mention. The facts among them are the facts
+        behind the answer ("ledger-db is owned by team-payments" in a dependency's page, two hops out)."""
         wanted = {eid for path in paths.values() for eid in path} | set(retrieval.linked)
         # The ends of every fact the question asked for, whichever results fit in top_k: the facts are the answer.
         wanted |= {eid for r in retrieval.followed for eid in (r.source_id, r.target_id)}

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from wordfreq import zipf_frequency
 
-from graphrag_pipeline.lib.ids import is_plain_word, key_variants, normalize_name
+from graphrag_pipeline.lib.ids import is_plain_word, key_variants, normalize_name, without_edge_words
 from graphrag_pipeline.lib.models import Entity, EntityNames
 
 _TOKEN = re.compile(r"[\w][\w'’.\-/]*", re.UNICODE)
@@ -127,13 +127,8 @@ class NameIndex:
     def _without_head_words(self, key: str) -> set[str]:
         """The entities named by a key once generic head words at its edges are dropped ("checkout service" →
         "checkout")."""
-        words = key.split()
-        while len(words) > 1 and words[-1] in self._head_words:
-            words.pop()
-        while len(words) > 1 and words[0] in self._head_words:
-            words.pop(0)
-        stripped = " ".join(words)
-        return self._ids_by_name.get(stripped, set()) if stripped != key else set()
+        stripped = without_edge_words(key, self._head_words)
+        return self._ids_by_name.get(stripped, set()) if stripped and stripped != key else set()
 
     def names(self, entity_ids: Iterable[str]) -> dict[str, set[str]]:
         """Name key → the given entities it names (what a document title must match to be about one of them)."""

@@ -31,6 +31,7 @@ No entity linked → plain vector search, flagged in the retrieval.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import threading
@@ -200,9 +201,10 @@ class ChunkDirectory:
         """The chunks of the chunk's document, itself included."""
         return frozenset(self.chunks_of.get(self.doc_of.get(chunk_id, ""), (chunk_id,)))
 
-    def chunks_about(self, aboutness: Aboutness, entity_id: str) -> dict[str, float]:
-        """The chunks of the documents about the entity, with how strongly their document is about it."""
-        return {chunk_id: strength for doc_id, strength in aboutness.documents_about(entity_id).items()
+    def chunks_wholly_about(self, aboutness: Aboutness, entity_id: str) -> set[str]:
+        """The chunks of the documents wholly about the entity (strength 1: its title, its own path name, a catalog
+        link), not of those a shared folder makes about it only in part."""
+        return {chunk_id for doc_id, strength in aboutness.documents_about(entity_id).items() if strength >= 1.0
                 for chunk_id in self.chunks_of.get(doc_id, ())}
 
 
@@ -343,7 +345,8 @@ class GraphRetriever(VectorRetriever):
         linked = self._link_question(links, query_vector)
         seed_similarity = self._seed_similarity(result)
         entry_entities = graph.entities_of_chunks(rank(seed_similarity)[:ENTRY_CHUNKS_FOR_SEEDS])
-        result.intents = self.index.intents.read(question, links, self._has_relationships)
+        # One store read per (subjects, type) however many phrases ask about the same link.
+        result.intents = self.index.intents.read(question, links, functools.cache(self._has_relationships))
         timings["link"] = elapsed_ms(started)
         result.linked = linked
 
@@ -515,9 +518,7 @@ class GraphRetriever(VectorRetriever):
         singular: list[tuple[float, str, str]] = []
         for eid, chunk_ids in chunks_of.items():
             hit = reached[eid]
-            # Only a document wholly about the entity (its title, its own path name, a catalog link) is its subject's
-            # document: a folder that many documents share ("alertmanager/") says each is about it only in part.
-            about_it = {c for c, strength in directory.chunks_about(aboutness, eid).items() if strength >= 1.0}
+            about_it = directory.chunks_wholly_about(aboutness, eid)
             bound = link_bounds.get(hit.path[0], 1.0)
             came_from, other_weight = origin.get(eid, ("", 0.0)) if hit.hops == 0 else ("", 0.0)
             own = directory.siblings(came_from) if came_from else frozenset()
