@@ -58,3 +58,20 @@ def test_a_catalog_link_makes_the_linked_document_about_the_runbook_and_the_serv
     assert about.documents_about("e-vault") == {"ops:incidents/vault-sealed.md": 1.0}  # the path's end, not the name
     assert about.documents_about("e-runbook") == {"ops:incidents/vault-sealed.md": 1.0}
     assert about.documents_about("e-db") == {}  # the link ends in main/failover, the document in db/failover
+
+
+def test_a_link_to_where_a_runbook_is_published_names_the_corpus_copy_by_the_end_of_its_path():
+    documents = [("ops-runbooks/kubernetes/PodCrashLooping.md", "Pod crash looping"),
+                 ("ops-runbooks/node/PodCrashLooping.md", "Pod crash looping on nodes")]
+    links = [("https://runbooks.example.dev/runbooks/kubernetes/podcrashlooping/", {"e-pods"})]
+    about = Aboutness(documents, {}, HEAD_WORDS, links)
+    assert about.documents_about("e-pods") == {"ops-runbooks/kubernetes/PodCrashLooping.md": 1.0}
+
+
+def test_a_runbook_the_catalog_links_to_many_services_is_about_each_of_them_in_part():
+    documents = [("ops:kubernetes/PodCrashLooping.md", "Pod crash looping"), ("ops:ledger/restore.md", "Restore")]
+    shared = [("https://git.example.com/ops/kubernetes/PodCrashLooping.md", {f"e-{n}"}) for n in range(10)]
+    own = [("https://git.example.com/ops/ledger/restore.md", {"e-0"})]
+    about = Aboutness(documents, {}, HEAD_WORDS, shared + own)
+    assert about.strength("ops:ledger/restore.md", "e-0") == 1.0
+    assert about.strength("ops:kubernetes/PodCrashLooping.md", "e-3") == pytest.approx(0.5)  # ten links: 1/(1+1)

@@ -7,8 +7,9 @@ A document is about an entity, with a strength in (0, 1], when:
 * a segment of its path names the entity (``vault/README.md``, ``runbooks/vault.md``): as strong as the segment is
   rare among the documents' paths (1 / (1 + log10(documents whose path has it))), so the file's own name or folder
   says much and a folder shared by a hundred documents (``kubernetes/``) little;
-* a catalog links it to the entity: a ``HAS_RUNBOOK`` or ``DOCUMENTED_IN`` edge whose target is named by a URL or
-  path ending in the document's path makes the document about the target and the edge's source: 1.
+* a catalog links it to the entity: a ``HAS_RUNBOOK`` or ``DOCUMENTED_IN`` edge whose target is a URL or path that
+  ends like the document's path (``linked_document``) makes the document about the target and the edge's source: 1
+  when one link names it, less when many do (1 / (1 + log10(links))), as a shared folder says less.
 
 Titles are the weakest convention (a catalog's ``checkout`` and a README's "Checkout Service"); paths and links
 survive the corpora where titles fail. Built once per open index and shared by the relation signal, the graph
@@ -64,6 +65,31 @@ def link_segments(target: str, head_words: frozenset[str]) -> list[str]:
     return path_segments(path + (f"#{parts.fragment}" if parts.fragment else ""), head_words)
 
 
+def linked_document(keys: list[str], candidates: list[str], segments_of: Mapping[str, list[str]]) -> list[str]:
+    """The document a link's path keys name, among the ``candidates`` of its file name: the one whose path ends like
+    the link's for the most segments, at least ``MIN_LINK_SEGMENTS`` of them (a link is written where the runbook is
+    published, ``runbooks.example.dev/runbooks/kubernetes/podcrashlooping/``, a corpus mounts the same file
+    elsewhere, ``ops-runbooks/kubernetes/PodCrashLooping.md``), or the only document of that file name when its whole
+    path is that name. A tie names none: a link means one page."""
+    def shared(doc_id: str) -> int:
+        doc_keys = segments_of[doc_id]
+        count = 0
+        while count < min(len(doc_keys), len(keys)) and doc_keys[-1 - count] == keys[-1 - count]:
+            count += 1
+        return count
+
+    scored = sorted(((shared(doc_id), doc_id) for doc_id in candidates), reverse=True)
+    if not scored or (len(scored) > 1 and scored[1][0] == scored[0][0]):
+        return []
+    best, doc_id = scored[0]
+    whole_path = best == len(segments_of[doc_id])  # "vault.md" at the corpus's root, the only one of that name
+    return [doc_id] if best >= MIN_LINK_SEGMENTS or (whole_path and len(scored) == 1) else []
+
+
+def _compact(key: str) -> str:
+    return re.sub(r"[^0-9a-z]", "", key)
+
+
 class Aboutness:
     """Entity → the documents about it, with the strength of the evidence (see the module docstring)."""
 
@@ -89,21 +115,25 @@ class Aboutness:
                 strength = 1.0 / (1.0 + math.log10(spread[key]))
                 for entity_id in ids_by_name.get(key, ()):
                     self._add(entity_id, doc_id, strength)
+        # Links are matched on segments spelled without separators: a URL writes the runbook of KubePodCrashLooping
+        # as ".../kubepodcrashlooping/", the corpus's file is "KubePodCrashLooping.md" (keyed "kube pod crash looping").
+        compact_of = {doc_id: [_compact(key) for key in keys] for doc_id, keys in segments_of.items()}
         by_name: dict[str, list[str]] = {}  # a document's own (last) segment -> the documents
-        for doc_id, keys in segments_of.items():
+        for doc_id, keys in compact_of.items():
             if keys:
                 by_name.setdefault(keys[-1], []).append(doc_id)
+        linked: dict[str, list[list[str]]] = {}  # doc id -> the entities of each link that names it
         for target, entity_ids in links:
-            keys = link_segments(target, head)
-            named = by_name.get(keys[-1], []) if keys else []
-            entity_ids = list(entity_ids)
-            for doc_id in named:
-                doc_keys = segments_of[doc_id]
-                # The link's path ends with the document's; a bare file name ("vault.md") names it only when no other
-                # document has that name.
-                if doc_keys == keys[-len(doc_keys):] and (len(doc_keys) >= MIN_LINK_SEGMENTS or len(named) == 1):
-                    for entity_id in entity_ids:
-                        self._add(entity_id, doc_id, LINK_STRENGTH)
+            keys = [_compact(key) for key in link_segments(target, head)]
+            for doc_id in linked_document(keys, by_name.get(keys[-1], []) if keys else [], compact_of):
+                linked.setdefault(doc_id, []).append(list(entity_ids))
+        for doc_id, entity_lists in linked.items():
+            # A runbook the catalog links to every service (the pod crash-loop runbook) is about each of them in part,
+            # as a folder shared by many documents is.
+            strength = LINK_STRENGTH / (1.0 + math.log10(len(entity_lists)))
+            for entity_ids in entity_lists:
+                for entity_id in entity_ids:
+                    self._add(entity_id, doc_id, strength)
 
     def _add(self, entity_id: str, doc_id: str, strength: float) -> None:
         documents = self._of_entity.setdefault(entity_id, {})

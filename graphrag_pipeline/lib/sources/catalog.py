@@ -89,6 +89,7 @@ CATALOG_SUFFIXES = frozenset({".yaml", ".yml"})
 RECORD_KEY = "catalog"  # key of the typed part of a catalog document's extraction record
 RECORD_VERSION = 2  # 2: the other names of each entity (title, declared aliases, full reference)
 SPOTTER = "catalog"
+CONTACTS_KEY = "contacts"  # a document's metadata key for its entity's contacts (query.context reads it)
 DEFAULT_NAMESPACE = "default"
 BACKSTAGE_API_PREFIX = "backstage.io/"
 
@@ -425,8 +426,29 @@ _SERVICE_KEYS = frozenset({"name", "title", "aliases", "tier", "description", "o
 
 def _team_entry(item: Mapping[str, Any], ref: EntityRef, path: str) -> CatalogEntry:
     description = _optional_text(item, "description")
+    contacts = _contacts(item)
     return CatalogEntry(ref, "service-catalog", path, f"{ref.name} is a team in the service catalog.", description,
-                        declared_names=_declared_names(item))
+                        details=[_contact_sentence(contacts)] if contacts else [],
+                        metadata={CONTACTS_KEY: contacts} if contacts else {}, declared_names=_declared_names(item))
+
+
+# Fields and annotations that tell how to reach an owner: a profile's email, a chat channel, an on-call rotation
+# ("profile.email", "slack", "oncall", "pagerduty.com/service-id", "opsgenie.com/team"). Keys that name a credential
+# are never read: an integration key in an annotation must not reach an index.
+_CONTACT_FIELD = re.compile(r"email|mail|slack|chat|channel|teams|on-?_?call|pager|opsgenie|phone|contact",
+                            re.IGNORECASE)
+_CREDENTIAL_FIELD = re.compile(r"key|token|secret|password|credential", re.IGNORECASE)
+
+
+def _contacts(fields: Mapping[str, Any]) -> dict[str, str]:
+    """The contact details among an entry's fields: plain strings only, credentials never."""
+    return {str(key): " ".join(value.split()) for key, value in sorted(fields.items(), key=lambda kv: str(kv[0]))
+            if isinstance(value, str) and value.strip() and _CONTACT_FIELD.search(str(key))
+            and not _CREDENTIAL_FIELD.search(str(key))}
+
+
+def _contact_sentence(contacts: Mapping[str, str]) -> str:
+    return "Contacts: " + "; ".join(f"{key} {value}" for key, value in contacts.items()) + "."
 
 
 def _runbook_fact(subject: EntityRef, runbook: Any) -> Fact:
@@ -543,6 +565,12 @@ def _backstage_entry(data: Mapping[str, Any], ref: EntityRef, path: str) -> Cata
             entry_metadata[key] = spec[key]
     if tags:
         entry_metadata["tags"] = list(tags)
+    profile = spec.get("profile") if isinstance(spec.get("profile"), Mapping) else {}
+    annotations = metadata.get("annotations") if isinstance(metadata.get("annotations"), Mapping) else {}
+    contacts = _contacts({**{f"profile.{k}": v for k, v in profile.items()}, **annotations})
+    if contacts:
+        entry_metadata[CONTACTS_KEY] = contacts
+        details.append(_contact_sentence(contacts))
     return CatalogEntry(ref, "backstage", path, summary, description, _unique_facts(facts), details, entry_metadata,
                         declared_names=_declared_names(metadata))
 
