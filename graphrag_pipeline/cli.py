@@ -47,6 +47,16 @@ def _parser() -> argparse.ArgumentParser:
                        help="an access group of the caller (repeatable); without any, only unrestricted documents")
     query.add_argument("--json", action="store_true")
 
+    context = commands.add_parser(
+        "context", parents=[config_flag, index_dir_flag],
+        help="the incident context of a service: dependencies, dependents, owners, runbooks, as facts")
+    context.add_argument("subject", help="a service's name, or a question about one")
+    context.add_argument("--max-hops", type=int, default=None,
+                         help="how far dependencies and dependents are followed (default: retrieval.context.max_hops)")
+    context.add_argument("--group", action="append", default=[], dest="groups",
+                         help="an access group of the caller (repeatable); without any, only unrestricted documents")
+    context.add_argument("--json", action="store_true", help="JSON instead of Markdown")
+
     graph = commands.add_parser("graph", parents=[config_flag, index_dir_flag], help="explore the graph")
     graph.add_argument("what", choices=("stats", "entities", "relationships"))
     graph.add_argument("--offset", type=int, default=0)
@@ -62,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (default: server.port; 0: any free port)")
 
     mcp = commands.add_parser("mcp", parents=[config_flag, index_dir_flag],
-                              help="the MCP server: search_knowledge, explore_entity, graph_overview")
+                              help="the MCP server: search_knowledge, incident_context, explore_entity, graph_overview")
     mcp.add_argument("--transport", choices=("stdio", "http"), default="stdio",
                      help="stdio (the groups of the key in $GRAPHRAG_MCP_KEY) or streamable HTTP at /mcp (each "
                           "request's bearer key)")
@@ -160,6 +170,9 @@ def _run(args: argparse.Namespace) -> int:
             response = index.query(args.question, mode=args.mode, top_k=args.top_k, max_hops=args.max_hops,
                                    fusion=args.fusion, groups=args.groups, results=args.results)
             _print(response.to_dict(), args.json, _format_response(response))
+        elif args.command == "context":
+            found = index.context(args.subject, max_hops=args.max_hops, groups=args.groups)
+            _print(found.to_dict(), args.json, found.to_markdown())
         else:
             from graphrag_pipeline.query import explore
 

@@ -84,6 +84,24 @@ def test_search_answers_what_the_query_module_answers_for_the_keys_groups(served
                     assert got == json.loads(json.dumps(expected)), (key, question, mode)
 
 
+def test_context_answers_what_the_query_module_answers_and_hides_what_the_key_may_not_read(served):
+    settings, url, _, _ = served
+    with open_index(settings=settings) as index:
+        for key, groups in ((PUBLIC_KEY, ()), (ONCALL_KEY, GROUPS)):
+            for subject in ("checkout-service", "What does checkout-service call?"):
+                answer = client(url, key).post("/v1/context", json={"subject": subject})
+                assert answer.status_code == 200, answer.text
+                got = answer.json()
+                expected = index.context(subject, groups=groups)
+                assert got.pop("index_version") == index.version
+                assert got == json.loads(json.dumps({**expected.to_dict(), "markdown": expected.to_markdown()}))
+    public = client(url, PUBLIC_KEY).post("/v1/context", json={"subject": "checkout-service"}).text
+    oncall = client(url, ONCALL_KEY).post("/v1/context", json={"subject": "checkout-service"}).text
+    assert leaked(public) == set() and "ledger-db" in oncall  # only a restricted page says it calls ledger-db
+    assert client(url, PUBLIC_KEY).post("/v1/context", json={"subject": " "}).status_code == 400
+    assert client(url, PUBLIC_KEY).post("/v1/context", json={"subject": "x", "max_hops": 9}).status_code == 422
+
+
 def test_a_key_without_the_group_sees_nothing_only_a_restricted_document_supplies(served):
     settings, url, _, _ = served
     public, oncall = client(url, PUBLIC_KEY), client(url, ONCALL_KEY)

@@ -89,6 +89,8 @@ def test_tools_answer_as_the_query_module_and_hide_what_the_key_may_not_read(ind
     with open_index(config_path=index_config) as index:
         expected = {key: index.query(LAUNCH_QUESTION, groups=groups).to_dict()
                     for key, groups in ((PUBLIC_KEY, ()), (ONCALL_KEY, GROUPS))}
+        contexts = {key: index.context("checkout-service", groups=groups)
+                    for key, groups in ((PUBLIC_KEY, ()), (ONCALL_KEY, GROUPS))}
         names = {e.name: e.entity_id for e in index.graph.get_entities(index.graph.all_entity_ids()).values()}
 
     async def scenario():
@@ -96,7 +98,10 @@ def test_tools_answer_as_the_query_module_and_hide_what_the_key_may_not_read(ind
         for key in (PUBLIC_KEY, ONCALL_KEY):
             async with open_session(key) as session:
                 tools = {tool.name for tool in (await session.list_tools()).tools}
-                assert tools == {"search_knowledge", "explore_entity", "graph_overview"}
+                assert tools == {"search_knowledge", "incident_context", "explore_entity", "graph_overview"}
+                context = await call(session, "incident_context", subject="checkout-service")
+                assert context == json.loads(json.dumps({**contexts[key].to_dict(),
+                                                         "markdown": contexts[key].to_markdown()}))
                 answer = await call(session, "search_knowledge", question=LAUNCH_QUESTION)
                 answer.pop("timings_ms")
                 assert answer == json.loads(json.dumps({k: v for k, v in expected[key].items() if k != "timings_ms"}))
@@ -109,6 +114,7 @@ def test_tools_answer_as_the_query_module_and_hide_what_the_key_may_not_read(ind
                     "checkout": json.dumps(await call(session, "explore_entity",
                                                       entity_id=names["checkout-service"])),
                     "overview": await call(session, "graph_overview"),
+                    "context": json.dumps(context),
                 }
         return seen
 
@@ -117,6 +123,7 @@ def test_tools_answer_as_the_query_module_and_hide_what_the_key_may_not_read(ind
     assert leaked(public["search"]) == set() and leaked(oncall["search"])
     assert public["entity"] and not oncall["entity"]  # the restricted entity is no entity for the public key
     assert leaked(public["checkout"]) == set() and "ledger-db" in oncall["checkout"]
+    assert leaked(public["context"]) == set() and "ledger-db" not in public["context"]
     assert public["overview"]["entities"] < oncall["overview"]["entities"]
     assert leaked(json.dumps(public["overview"])) == set()
 

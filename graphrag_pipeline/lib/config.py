@@ -198,6 +198,21 @@ class EmbedderConfig(StrictModel):
     query_runtime: Literal["onnx", "numpy", "torch"] = "onnx"
 
 
+class ContextConfig(StrictModel):
+    """``index.context``: the incident context of a service, as typed facts. The relationship types it reads are the
+    ontology's (checked against it); the caps bound its size whatever the graph holds."""
+
+    max_hops: int = Field(2, ge=0, le=3)  # how far dependencies and dependents (the blast radius) are followed
+    max_services: int = Field(30, ge=1, le=500)  # per direction, nearest first
+    owners_per_service: int = Field(3, ge=0, le=50)
+    documents_per_service: int = Field(3, ge=0, le=50)  # runbooks and documents about it, strongest first
+    incidents_per_service: int = Field(5, ge=0, le=50)
+    dependency_type: str = "DEPENDS_ON"
+    owner_type: str = "OWNED_BY"
+    document_types: tuple[str, ...] = ("HAS_RUNBOOK", "DOCUMENTED_IN")  # edges whose target is a runbook or a page
+    incident_type: str = "AFFECTED"  # an incident -[type]-> the service it affected
+
+
 class RetrievalConfig(StrictModel):
     vector_top_k: int = Field(20, ge=1)
     entity_top_k: int = Field(10, ge=0)
@@ -222,6 +237,7 @@ class RetrievalConfig(StrictModel):
     # Words a name is often written with that do not name anything themselves ("Checkout Service", "vault/README.md"):
     # set aside when a title, a path or a question phrase is matched to entity names.
     generic_head_words: tuple[str, ...] = ()
+    context: ContextConfig = ContextConfig()
 
 
 class CommunityConfig(StrictModel):
@@ -531,6 +547,12 @@ class PipelineSettings(StrictModel):
         unknown_rel = {p.type for p in self.extraction.relation_patterns} - relation_types
         if unknown_rel:
             raise ValueError(f"relation_patterns name types missing from the ontology: {sorted(unknown_rel)}")
+        context = self.retrieval.context
+        unknown_rel = {context.dependency_type, context.owner_type, context.incident_type,
+                       *context.document_types} - relation_types
+        if unknown_rel:
+            raise ValueError(f"retrieval.context names relationship types missing from the ontology: "
+                             f"{sorted(unknown_rel)}")
         return self
 
     @model_validator(mode="after")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from graphrag_pipeline.lib.config import PipelineSettings, load_settings
 from graphrag_pipeline.lib.stores.protocols import Embedder
+from graphrag_pipeline.query.context import IncidentContext
 from graphrag_pipeline.query.engine import QueryEngine
 from graphrag_pipeline.query.models import (
     MODES,
@@ -94,6 +95,7 @@ __all__ = [
     "Fusion",
     "IndexNotFoundError",
     "IndexNotPublishedError",
+    "IncidentContext",
     "LinkedEntity",
     "Mode",
     "OpenIndex",

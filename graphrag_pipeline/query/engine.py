@@ -20,6 +20,7 @@ from graphrag_pipeline.lib.models import Entity, Relationship
 from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.protocols import Embedder, GraphStore, VectorStore
 from graphrag_pipeline.query.access import ReaderAccess, reader_access
+from graphrag_pipeline.query.context import ContextBuilder, IncidentContext
 from graphrag_pipeline.query.models import (
     Fact,
     Fusion,
@@ -62,6 +63,10 @@ class QueryEngine:
         self._index = IndexReader(settings.retrieval, settings.ontology, state=state, graph=graph_store,
                                   vectors=vector_store)
         self._retrievers: dict[Mode, Retriever] = {mode: make(self._index) for mode, make in RETRIEVERS.items()}
+        self._context = ContextBuilder(
+            settings.retrieval.context, state=state, graph=graph_store, names=self._index.name_index,
+            intents=self._index.intents, aboutness=self._index.aboutness,
+            catalog_pages=lambda: self._index.directory().catalog_pages)
 
     def close(self) -> None:
         for store in (self.vectors, self.graph, self.state):
@@ -94,6 +99,13 @@ class QueryEngine:
         retriever = self._retrievers[parameters.mode]
         retrieval = self._retrieve(retriever, question, parameters)
         return self._respond(retriever, retrieval, parameters, access)
+
+    def context(self, subject: str, *, groups: Iterable[str] = (), max_hops: int | None = None) -> IncidentContext:
+        """The incident context of the service ``subject`` names, or of the one a question is about: its
+        dependencies and dependents within ``max_hops`` (configured default), their owners with contacts, runbooks,
+        documents and incidents, and the facts behind them with citations — what ``groups`` may read
+        (``query.context``)."""
+        return self._context.build(subject, reader_access(self.state, groups), max_hops=max_hops)
 
     def documents_about(self, entity_id: str) -> dict[str, float]:
         """Doc id → how strongly the document is about the entity (``query.aboutness``: the evidence the relation

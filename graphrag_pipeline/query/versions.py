@@ -28,6 +28,7 @@ from typing import Any
 from graphrag_pipeline.lib.config import PipelineSettings
 from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES, Embedder, GraphStore, VectorStore
+from graphrag_pipeline.query.context import IncidentContext
 from graphrag_pipeline.query.engine import QueryEngine
 from graphrag_pipeline.query.models import QueryResponse
 from graphrag_pipeline.query.retrievers import Retrieval
@@ -103,6 +104,11 @@ class OpenIndex:
         """``QueryEngine.retrieve`` (same options) on the newest published version."""
         with self._answering() as engine:
             return engine.retrieve(question, **options)
+
+    def context(self, subject: str, **options: Any) -> IncidentContext:
+        """``QueryEngine.context`` (same options) on the newest published version."""
+        with self._answering() as engine:
+            return engine.context(subject, **options)
 
     def documents_about(self, entity_id: str) -> dict[str, float]:
         """``QueryEngine.documents_about`` on the newest published version."""

@@ -60,6 +60,14 @@ class SearchRequest(BaseModel):
     results: Granularity | None = Field(None, description="documents (distinct documents, cited) or chunks")
 
 
+class ContextRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    subject: str = Field(min_length=1, description="a service's name, or a question about one")
+    max_hops: int | None = Field(None, ge=0, le=MAX_HOPS, description="how far dependencies and dependents are "
+                                 "followed (default: the configuration's)")
+
+
 class ErrorBody(BaseModel):
     error: str
     details: list[dict[str, Any]] = []
@@ -182,6 +190,18 @@ def create_app(index: OpenIndex, settings: PipelineSettings, keys: KeyRing) -> F
             body.question, mode=body.mode, top_k=body.top_k, max_hops=body.max_hops, fusion=body.fusion,
             results=body.results, groups=caller.groups))
         return {"index_version": index.version, **response.to_dict()}
+
+    @app.post("/v1/context", tags=["search"])
+    async def context(body: ContextRequest, caller: Authenticated) -> dict[str, Any]:
+        """The incident context of a service: its dependencies and dependents within max_hops (the blast radius),
+        their owners with contacts, runbooks, documents and incidents, and each fact with the documents that state
+        it — only what the caller's groups may read; `markdown` renders it for a prompt."""
+        if len(body.subject) > config.max_question_chars:
+            raise ApiError(400, f"subject is {len(body.subject)} characters; at most {config.max_question_chars}")
+        if not body.subject.strip():
+            raise ApiError(400, "subject is blank")
+        found = await run(lambda: index.context(body.subject, max_hops=body.max_hops, groups=caller.groups))
+        return {"index_version": index.version, **found.to_dict(), "markdown": found.to_markdown()}
 
     @app.get("/v1/index", tags=["index"])
     async def index_info(caller: Authenticated) -> dict[str, Any]:

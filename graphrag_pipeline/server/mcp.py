@@ -68,6 +68,19 @@ def create_mcp(index: OpenIndex, caller: Callable[[], Caller], *, keys: KeyRing 
         return index.query(question, mode=mode, top_k=top_k, max_hops=max_hops, groups=caller().groups).to_dict()
 
     @server.tool()
+    def incident_context(subject: str, max_hops: int | None = None) -> dict[str, Any]:
+        """The incident context of a service, named or asked about ("alert on payments-api: which services depend
+        on it, who owns them, which runbooks apply?"): its dependencies and dependents within max_hops (the blast
+        radius, with hops and paths), each one's owners with contacts, runbooks, documents and incidents, and every
+        fact with the documents that state it. `markdown` renders it for a prompt."""
+        if max_hops is not None and not 0 <= max_hops <= MAX_HOPS:
+            raise ValueError(f"max_hops must be between 0 and {MAX_HOPS}")
+        if len(subject) > index.settings.server.max_question_chars:
+            raise ValueError(f"subject is {len(subject)} characters; at most {index.settings.server.max_question_chars}")
+        found = index.context(subject, max_hops=max_hops, groups=caller().groups)
+        return {**found.to_dict(), "markdown": found.to_markdown()}
+
+    @server.tool()
     def explore_entity(entity_id: str, limit: int = 50) -> dict[str, Any]:
         """One entity (ids come with search results) with its relationships and the entities at their other ends."""
         found = entity_neighbourhood(index, entity_id, groups=caller().groups, limit=limit)
