@@ -6,6 +6,10 @@ Run by hand, never by the pipeline: ``python data/catalog/derive_catalog.py <ope
 ``*_ADDR`` environment variables), in namespace ``online-boutique`` because both systems have a ``frontend``. A
 service's title is the first heading of its README when it has one. Both sources are Apache-2.0 (LICENSE files in
 data/corpus/otel-demo and data/corpus/online-boutique).
+
+Owners, teams and runbook links are ILLUSTRATIVE (the upstream projects name none): ``OPERATIONS`` below writes
+them as an operator would for these services (see README.md here). ``python data/catalog/derive_catalog.py
+--operations-only`` re-applies them to the catalog as it stands, without the upstream checkouts.
 """
 
 from __future__ import annotations
@@ -61,11 +65,66 @@ def boutique_components(root: Path) -> list[dict]:
     return components
 
 
-def main(otel_root: str, boutique_root: str) -> None:
-    components = otel_components(Path(otel_root)) + boutique_components(Path(boutique_root))
-    text = HEADER + "".join("---\n" + yaml.safe_dump(c, sort_keys=False) for c in components)
+# Illustrative operations data: which team owns what, how to reach it, which runbooks apply.
+RUNBOOKS = "https://runbooks.prometheus-operator.dev/runbooks/"
+TEAMS = {
+    "team-storefront": {"email": "storefront@example.com", "slack": "#storefront-oncall", "pagerduty": "PSTORE1",
+                        "services": ["frontend", "frontend-proxy", "image-provider", "ad", "recommendation",
+                                     "product-catalog", "online-boutique/frontend", "online-boutique/adservice",
+                                     "online-boutique/recommendationservice",
+                                     "online-boutique/productcatalogservice"]},
+    "team-orders": {"email": "orders@example.com", "slack": "#orders-oncall", "pagerduty": "PORDER1",
+                    "services": ["checkout", "cart", "payment", "currency", "shipping", "quote", "email",
+                                 "online-boutique/checkoutservice", "online-boutique/cartservice",
+                                 "online-boutique/paymentservice", "online-boutique/currencyservice",
+                                 "online-boutique/shippingservice", "online-boutique/emailservice"]},
+    "team-platform": {"email": "platform@example.com", "slack": "#platform-oncall", "pagerduty": "PPLAT01",
+                      "services": ["valkey-cart", "astronomy-db", "otel-collector", "flagd", "flagd-ui",
+                                   "load-generator", "telemetry-docs", "online-boutique/redis-cart",
+                                   "online-boutique/loadgenerator"]},
+}
+DATASTORES = {"valkey-cart", "astronomy-db", "online-boutique/redis-cart"}
+
+
+def runbook_links(service: str) -> list[dict]:
+    """Every service runs as a Kubernetes Deployment: the pod and rollout runbooks apply; a datastore's volume too."""
+    alerts = ["KubePodCrashLooping", "KubeDeploymentReplicasMismatch"]
+    if service in DATASTORES:
+        alerts.append("KubePersistentVolumeFillingUp")
+    return [{"url": f"{RUNBOOKS}kubernetes/{alert.lower()}/", "title": f"Runbook: {alert}", "type": "runbook"}
+            for alert in alerts]
+
+
+def with_operations(components: list[dict]) -> list[dict]:
+    """The components with their owner and runbook links, then the owning teams as Group entities."""
+    owner = {service: team for team, spec in TEAMS.items() for service in spec["services"]}
+    for component in components:
+        metadata, spec = component["metadata"], component["spec"]
+        name = f"{metadata['namespace']}/{metadata['name']}" if metadata.get("namespace") else metadata["name"]
+        metadata.pop("links", None)
+        spec.pop("owner", None)
+        if name in owner:
+            spec["owner"] = f"group:default/{owner[name]}"
+            metadata["links"] = runbook_links(name)
+    groups = [{"apiVersion": "backstage.io/v1alpha1", "kind": "Group",
+               "metadata": {"name": team, "annotations": {"slack.com/channel": spec["slack"],
+                                                          "pagerduty.com/service-id": spec["pagerduty"]}},
+               "spec": {"type": "team", "profile": {"email": spec["email"]}, "children": []}}
+              for team, spec in TEAMS.items()]
+    return [c for c in components if c["kind"] == "Component"] + groups
+
+
+def write(components: list[dict]) -> None:
+    text = HEADER + "".join("---\n" + yaml.safe_dump(c, sort_keys=False) for c in with_operations(components))
     (Path(__file__).parent / "catalog-info.yaml").write_text(text, encoding="utf-8")
 
 
+def main(otel_root: str, boutique_root: str) -> None:
+    write(otel_components(Path(otel_root)) + boutique_components(Path(boutique_root)))
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    if sys.argv[1:] == ["--operations-only"]:
+        write(list(yaml.safe_load_all((Path(__file__).parent / "catalog-info.yaml").read_text(encoding="utf-8"))))
+    else:
+        main(*sys.argv[1:])
