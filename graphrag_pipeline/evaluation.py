@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from graphrag_pipeline.lib.config import PipelineSettings, load_settings
+from graphrag_pipeline.lib.ids import normalize_name
 from graphrag_pipeline.lib.progress import ProgressListener
 from graphrag_pipeline.lib.sources.paths import check_inside
 from graphrag_pipeline.lib.stages import build_everything
@@ -35,6 +36,10 @@ class Question:
     question: str
     gold_doc_ids: tuple[str, ...]
     type: str
+    # The answer as facts, (source, type, target) by entity name, and the entities it names: scored against the
+    # facts the question's intents followed and against ``context()`` (see ``score_facts``).
+    gold_facts: tuple[tuple[str, str, str], ...] = ()
+    gold_entities: tuple[str, ...] = ()
 
 
 def source_name_for(set_dir: Path) -> str:
@@ -52,13 +57,22 @@ def load_questions(set_dir: Path, source_name: str) -> list[Question]:
         try:
             record = json.loads(line)
             gold = record["gold_ids"]
-            if not isinstance(gold, list) or not gold or not all(isinstance(g, (str, int)) for g in gold):
-                raise TypeError("gold_ids must be a non-empty list of passage ids")
+            facts = record.get("gold_facts") or []
+            if not isinstance(facts, list) or not all(
+                    isinstance(f, list) and len(f) == 3 and all(isinstance(p, str) for p in f) for f in facts):
+                raise TypeError("gold_facts must be a list of [source, type, target] name triples")
+            if not isinstance(gold, list) or not (gold or facts) or not all(isinstance(g, (str, int)) for g in gold):
+                raise TypeError("gold_ids must be a list of passage ids, non-empty unless gold_facts are given")
+            entities = record.get("gold_entities") or []
+            if not isinstance(entities, list) or not all(isinstance(e, str) for e in entities):
+                raise TypeError("gold_entities must be a list of entity names")
             questions.append(Question(
                 question_id=str(record["id"]),
                 question=str(record["question"]),
                 gold_doc_ids=tuple(f"{source_name}:{g}" for g in gold),
                 type=str(record.get("type") or "untyped"),
+                gold_facts=tuple(tuple(f) for f in facts),
+                gold_entities=tuple(entities),
             ))
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(f"{path}:{line_no}: not a question record ({error})") from error
@@ -153,7 +167,7 @@ def score_questions(engine, questions: Sequence[Question], modes: Sequence[str])
     per_type: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(lambda: {m: defaultdict(list) for m in modes})
     reach = defaultdict(list)
     for question in questions:
-        for mode in modes:
+        for mode in modes if question.gold_doc_ids else ():
             started = time.perf_counter()
             retrieval = engine.retrieve(question.question, mode=mode)
             latency = (time.perf_counter() - started) * 1000
@@ -187,10 +201,51 @@ def score_questions(engine, questions: Sequence[Question], modes: Sequence[str])
     return {
         "modes": summary,
         "by_type": by_type,
+        "facts": score_facts(engine, [q for q in questions if q.gold_facts]),
         "entity_recall": round(statistics.fmean(reach["entity"]), 4) if reach["entity"] else None,
         "hop_coverage": round(statistics.fmean(reach["pool"]), 4) if reach["pool"] else None,
         "vector_fallback_rate": round(statistics.fmean(reach["fallback"]), 4) if reach["fallback"] else None,
     }
+
+
+def fact_scores(found: set[tuple[str, str, str]], gold: set[tuple[str, str, str]]) -> tuple[float, float]:
+    """(recall, precision) of ``found`` against ``gold``; precision over the found facts of the types the gold
+    answer has (a context also lists what the question did not ask for: owners, runbooks, the other direction)."""
+    asked = {fact for fact in found if fact[1] in {g[1] for g in gold}}
+    hits = len(asked & gold)
+    return hits / len(gold) if gold else 0.0, hits / len(asked) if asked else 0.0
+
+
+def score_facts(engine, questions: Sequence[Question]) -> dict[str, Any]:
+    """Per question type: recall and precision of ``context()``'s facts and of the facts the hybrid query's intents
+    followed, against ``gold_facts``; and the share of ``gold_entities`` among the context's services."""
+    def key(source: str, relationship_type: str, target: str) -> tuple[str, str, str]:
+        return normalize_name(source), relationship_type, normalize_name(target)
+
+    per_type: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for question in questions:
+        gold = {key(*fact) for fact in question.gold_facts}
+        context = engine.context(question.question)
+        found = {key(f.source, f.type, f.target) for f in context.facts}
+        scores = per_type[question.type]
+        recall, precision = fact_scores(found, gold)
+        scores["context_fact_recall"].append(recall)
+        scores["context_fact_precision"].append(precision)
+        followed = engine.retrieve(question.question, mode="hybrid").followed
+        names = {eid: e.name for eid, e in engine.graph.get_entities(
+            {r.source_id for r in followed} | {r.target_id for r in followed}).items()}
+        found = {key(names[r.source_id], r.type, names[r.target_id]) for r in followed
+                 if r.source_id in names and r.target_id in names}
+        recall, precision = fact_scores(found, gold)
+        scores["followed_fact_recall"].append(recall)
+        scores["followed_fact_precision"].append(precision)
+        if question.gold_entities:
+            services = {normalize_name(s.name) for s in context.services()}
+            wanted = {normalize_name(name) for name in question.gold_entities}
+            scores["context_entity_recall"].append(len(services & wanted) / len(wanted))
+    return {qtype: {**{name: round(statistics.fmean(values), 4) for name, values in metrics.items()},
+                    "questions": len(metrics["context_fact_recall"])}
+            for qtype, metrics in sorted(per_type.items())}
 
 
 def _record_reach(engine, retrieval, question: Question, doc_of_chunk: dict[str, str], reach: dict) -> None:
@@ -220,6 +275,12 @@ def format_table(report: dict[str, Any]) -> str:
         count = next(iter(by_mode.values()))["questions"]
         lines.append(f"| {qtype} | " + " | ".join(f"{by_mode[m]['recall@5']:.3f}" for m in report["modes"])
                      + f" | {count} |")
+    if report.get("facts"):
+        columns = ["context_fact_recall", "context_fact_precision", "followed_fact_recall", "followed_fact_precision"]
+        lines += ["", "| type | " + " | ".join(columns) + " | questions |", "|---|" + "---|" * (len(columns) + 1)]
+        for qtype, metrics in report["facts"].items():
+            lines.append(f"| {qtype} | " + " | ".join(f"{metrics[c]:.3f}" for c in columns)
+                         + f" | {metrics['questions']} |")
     lines += ["", f"entity_recall {report['entity_recall']} · hop_coverage {report['hop_coverage']} · "
                   f"vector_fallback_rate {report['vector_fallback_rate']} · index {report['index']}"]
     return "\n".join(lines)
