@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from graphrag_pipeline.query.aboutness import Aboutness, link_segments, path_segments, title_subjects
+from graphrag_pipeline.query.aboutness import (
+    Aboutness,
+    catalog_short_names,
+    link_segments,
+    path_segments,
+    title_subjects,
+)
 
 HEAD_WORDS = frozenset({"service", "runbook", "runbooks", "readme", "docs", "overview", "index"})
 
@@ -75,3 +81,26 @@ def test_a_runbook_the_catalog_links_to_many_services_is_about_each_of_them_in_p
     about = Aboutness(documents, {}, HEAD_WORDS, shared + own)
     assert about.strength("ops:ledger/restore.md", "e-0") == 1.0
     assert about.strength("ops:kubernetes/PodCrashLooping.md", "e-3") == pytest.approx(0.5)  # ten links: 1/(1+1)
+
+
+def test_a_catalogs_shared_name_words_are_set_aside_to_read_how_its_docs_name_a_component():
+    """Every workload is ``argocd-…`` and half are ``…-server``: the docs call them "Repo Server" and "Dex"."""
+    names = ["argocd-repo-server", "argocd-dex-server", "argocd-server", "argocd-commit-server", "argocd-redis",
+             "argocd-application-controller"]
+    short, shared = catalog_short_names(names)
+    assert shared == {"argocd", "server"}
+    assert short["argocd-repo-server"] == "repo" and short["argocd-dex-server"] == "dex"
+    assert short["argocd-application-controller"] == "applicationcontroller"
+    assert "argocd-server" not in short  # nothing of its own is left
+    documents = [("docs:architecture.md#repo-server", "Repo Server"), ("docs:architecture.md#dex", "Dex"),
+                 ("docs:components/ApplicationController.md", "Controllers"), ("docs:faq.md", "Server FAQ")]
+    about = Aboutness(documents, {}, HEAD_WORDS, catalogs=[{name: {f"e-{name}"} for name in names}])
+    assert about.documents_about("e-argocd-repo-server") == {"docs:architecture.md#repo-server": 1.0}
+    assert set(about.documents_about("e-argocd-dex-server")) == {"docs:architecture.md#dex"}
+    assert set(about.documents_about("e-argocd-application-controller")) == {
+        "docs:components/ApplicationController.md"}
+    assert about.documents_about("e-argocd-server") == {}
+
+
+def test_a_catalog_without_shared_words_gets_no_short_names():
+    assert catalog_short_names(["checkout", "cart", "ledger-db", "accounts-db", "frontend"]) == ({}, frozenset())

@@ -11,6 +11,10 @@ A document is about an entity, with a strength in (0, 1], when:
   ends like the document's path (``linked_document``) makes the document about the target and the edge's source: 1
   when one link names it, less when many do (1 / (1 + log10(links))), as a shared folder says less.
 
+A catalog's entities are also matched by their short names: the words most of one catalog's names of one type
+share ("argocd-" on every Argo CD workload, "-server" on half) set aside on both sides, so ``argocd-repo-server`` is
+what a section titled "Repo Server" or a file ``dex.md`` is about (``catalog_short_names``).
+
 Titles are the weakest convention (a catalog's ``checkout`` and a README's "Checkout Service"); paths and links
 survive the corpora where titles fail. Built once per open index and shared by the relation signal, the graph
 scores and exploration (``QueryEngine.documents_about``).
@@ -33,6 +37,9 @@ TITLE_STRENGTH = 1.0
 # A link target names a document when its path ends with the document's, of at least this many segments ("vault.md"
 # alone is too common a file name to decide which page a URL means, unless no other document has it).
 MIN_LINK_SEGMENTS = 2
+# A word is a catalog's shared word when at least half of its names, and three or more, have it.
+SHARED_NAME_SHARE = 0.5
+MIN_SHARED_NAMES = 3
 _SEPARATORS = re.compile(r"\s*[:|/\u2013\u2014]\s*|\s+-\s+")
 _EXTENSION = re.compile(r"\.(?:md|markdown|mdx|rst|txt|html?|adoc|asciidoc|ya?ml)$", re.IGNORECASE)
 
@@ -90,6 +97,26 @@ def _compact(key: str) -> str:
     return re.sub(r"[^0-9a-z]", "", key)
 
 
+def _words(key: str) -> list[str]:
+    return re.findall(r"[0-9a-z]+", key)
+
+
+def catalog_short_names(names: Iterable[str]) -> tuple[dict[str, str], frozenset[str]]:
+    """The words most of one catalog's names share (every Argo CD workload is ``argocd-…``, half are ``…-server``),
+    and each name without them at its edges, spelled without separators (``argocd-repo-server`` → ``repo``): how
+    its documentation calls it ("Repo Server"). Only names that lose such a word get a short name."""
+    words_of = {name: _words(normalize_name(name)) for name in names}
+    counts = Counter(word for words in words_of.values() for word in set(words))
+    common = frozenset(word for word, count in counts.items()
+                       if count >= max(MIN_SHARED_NAMES, SHARED_NAME_SHARE * len(words_of)))
+    short = {}
+    for name, words in words_of.items():
+        kept = without_edge_words(" ".join(words), common)
+        if kept and kept != " ".join(words):
+            short[name] = _compact(kept)
+    return short, common
+
+
 class Aboutness:
     """Entity → the documents about it, with the strength of the evidence (see the module docstring)."""
 
@@ -99,21 +126,37 @@ class Aboutness:
         ids_by_name: Mapping[str, Iterable[str]],
         head_words: Iterable[str],
         links: Iterable[tuple[str, Iterable[str]]] = (),
+        catalogs: Iterable[Mapping[str, Iterable[str]]] = (),
     ):
         """``documents``: (doc id, title); ``ids_by_name``: name key → entity ids; ``links``: (link target as
-        written, the entities a document at that target is about: the target's entity and the edge's source)."""
+        written, the entities a document at that target is about: the target's entity and the edge's source);
+        ``catalogs``: per catalog, its entity names → their ids (``catalog_short_names``)."""
         head = frozenset(normalize_name(word) for word in head_words)
         documents = list(documents)
         segments_of = {doc_id: path_segments(doc_id, head) for doc_id, _ in documents}
         spread = Counter(key for keys in segments_of.values() for key in set(keys))
+        # Short names of catalog entities, and the words set aside to read a title or a path segment as one.
+        shared: set[str] = set()
+        ids_by_short: dict[str, set[str]] = {}
+        for catalog in catalogs:
+            short, common = catalog_short_names(catalog)
+            shared |= common
+            for name, key in short.items():
+                ids_by_short.setdefault(key, set()).update(catalog[name])
+        shared_words = frozenset(shared)
+
+        def short_ids(key: str) -> Iterable[str]:
+            return ids_by_short.get(_compact(without_edge_words(" ".join(_words(key)), shared_words)), ()) \
+                if ids_by_short else ()
+
         self._of_entity: dict[str, dict[str, float]] = {}
         for doc_id, title in documents:
             for key in title_subjects(title, head):
-                for entity_id in ids_by_name.get(key, ()):
+                for entity_id in [*ids_by_name.get(key, ()), *short_ids(key)]:
                     self._add(entity_id, doc_id, TITLE_STRENGTH)
             for key in segments_of[doc_id]:
                 strength = 1.0 / (1.0 + math.log10(spread[key]))
-                for entity_id in ids_by_name.get(key, ()):
+                for entity_id in [*ids_by_name.get(key, ()), *short_ids(key)]:
                     self._add(entity_id, doc_id, strength)
         # Links are matched on segments spelled without separators: a URL writes the runbook of KubePodCrashLooping
         # as ".../kubepodcrashlooping/", the corpus's file is "KubePodCrashLooping.md" (keyed "kube pod crash looping").

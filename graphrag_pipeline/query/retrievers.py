@@ -170,16 +170,22 @@ class IndexReader:
     def _aboutness(self) -> Aboutness:
         names = self._entity_lookups[0]
         links = []
+        # (catalog source, entity type) -> the names of its entities -> their ids: a catalog's services share words
+        # among themselves, not with its teams or systems.
+        catalogs: dict[tuple[str, str], dict[str, set[str]]] = {}
         # Only catalog pages state links (an eval set's shipped extractions, one per document, state none).
-        for record in self.state.source_extractions(self._directory.catalog_pages).values():
+        for doc_id, record in self.state.source_extractions(self._directory.catalog_pages).items():
             typed = record.get(CATALOG_RECORD_KEY) or {}
+            for subject in typed.get("names", {}):
+                group = (doc_id.split(":", 1)[0], typed.get("types", {}).get(subject, ""))
+                catalogs.setdefault(group, {})[subject] = names.ids(subject)
             for (subject, _, target), relationship_type in zip(record.get("triples", ()),
                                                                 typed.get("relation_types", ())):
                 if relationship_type in LINK_RELATIONSHIP_TYPES:
                     ids = names.ids(subject) | names.ids(target)
                     links.append((target, ids))
         documents = self.state.query("SELECT doc_id, title FROM documents")
-        return Aboutness(documents, names.ids_by_name, self.config.generic_head_words, links)
+        return Aboutness(documents, names.ids_by_name, self.config.generic_head_words, links, catalogs.values())
 
 
 class ChunkDirectory:
