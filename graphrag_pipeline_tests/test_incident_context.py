@@ -191,6 +191,14 @@ def test_an_unknown_subject_is_an_empty_context(engine):
     assert "No service found" in context.to_markdown()
 
 
+def test_a_chained_question_asks_who_owns_the_services_the_first_step_reached(engine):
+    response = engine.query("Billing is paging: which services depend on it, and who owns them?", top_k=3)
+    steps = {(f.source, f.type, f.target): f.step for f in response.relationships if f.followed}
+    assert steps == {("orders", "DEPENDS_ON", "billing"): 1, ("orders", "OWNED_BY", "team-orders"): 2}
+    unasked = {(f.source, f.type, f.target): f.step for f in response.relationships if not f.followed}
+    assert all(step == 0 for step in unasked.values())
+
+
 def test_the_cli_prints_what_the_function_returns(engine, settings, tmp_path):
     config = tmp_path / "graphrag.yaml"
     config.write_text(json.dumps({"index_dir": settings.index_dir, "shard_count": 4,

@@ -156,6 +156,19 @@ def test_determiners_and_possessive_references_come_from_the_ontology(intents, q
         ("DEPENDS_ON", "outgoing", {"ent-checkout"})]
 
 
+def test_a_chain_reference_asks_from_what_the_step_before_reached_in_the_order_asked(intents):
+    question = "Alert on payment: which services depend on it, and who owns them?"
+    named = link("payment", question.index("payment"), "ent-payment")
+    found = intents.read(question, [named], lambda ids, relationship_type: True)
+    assert [(i.relationship_type, i.direction, i.chained) for i in found] == [
+        ("DEPENDS_ON", "incoming", False), ("OWNED_BY", "outgoing", True)]
+    # A plain reference is no chain: "who owns it" asks for the named service's owner.
+    question = "Which services depend on payment, and who owns it?"
+    plain = intents.read(question, [link("payment", question.index("payment"), "ent-payment")],
+                         lambda ids, relationship_type: True)
+    assert [(i.relationship_type, i.chained, i.subjects) for i in plain][-1] == ("OWNED_BY", False, {"ent-payment"})
+
+
 def test_phrases_come_from_the_ontology_not_the_engine():
     ontology = Ontology(
         entity_types=({"name": "Thing"},), default_entity_type="Thing",

@@ -76,6 +76,9 @@ class Ontology(StrictModel):
     query_references: tuple[str, ...] = ()
     # Words that may stand before a name where a query phrase has {x} ("callers of *the* checkout service").
     query_determiners: tuple[str, ...] = ()
+    # Words by which a question points at what an earlier part of it reached ("which services depend on X, and who
+    # owns *them*?"): that relationship is followed from those entities, a second step.
+    query_chain_references: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> "Ontology":

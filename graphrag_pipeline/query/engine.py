@@ -222,7 +222,8 @@ class QueryEngine:
                 for eid, (how, conf) in retrieval.linked.items()
                 if eid in visible
             ],
-            relationships=[_fact(r, visible, access, r.relationship_id in followed) for r in shown],
+            relationships=[_fact(r, visible, access, retrieval.followed_step.get(r.relationship_id, 0)
+                                 if r.relationship_id in followed else 0) for r in shown],
             fell_back_to_vector=retrieval.fell_back_to_vector,
             timings_ms=retrieval.timings,
         )
@@ -280,7 +281,7 @@ def with_provenance(state: StateStore, elements: list[ElementT], access: ReaderA
     return [merged.get(key(e), e) for e in elements]
 
 
-def _fact(relationship: Relationship, visible: dict[str, Entity], access: ReaderAccess, followed: bool) -> Fact:
+def _fact(relationship: Relationship, visible: dict[str, Entity], access: ReaderAccess, step: int) -> Fact:
     """A relationship between two visible entities, citing only documents the caller may read, in the words those
     documents use."""
     return Fact(
@@ -290,5 +291,6 @@ def _fact(relationship: Relationship, visible: dict[str, Entity], access: Reader
         predicates=access.predicates(relationship),
         weight=relationship.weight,
         doc_ids=[d for d in relationship.doc_ids if access.can_read(d)][:FACT_DOCUMENTS],
-        followed=followed,
+        followed=step > 0,
+        step=step,
     )

@@ -46,6 +46,9 @@ class RelationIntent:
     direction: Direction
     subjects: frozenset[str]
     phrase: str  # the question's words that asked for it
+    # Its subject is a chain reference ("them"): follow it from what the intent before it reached, when one did
+    # (``subjects`` is the question's entity a plain reference would mean, for when none did).
+    chained: bool = False
 
 
 class IntentReader:
@@ -58,7 +61,9 @@ class IntentReader:
             for direction in ("outgoing", "incoming")
             for phrase in getattr(spec.query_phrases, direction)
         ]
-        self._references = sorted(ontology.query_references, key=len, reverse=True)
+        self._chain_references = frozenset(ontology.query_chain_references)
+        self._references = sorted({*ontology.query_references, *ontology.query_chain_references}, key=len,
+                                  reverse=True)
         determiners = _alternation(sorted(ontology.query_determiners, key=len, reverse=True))
         self._determiner = f"(?:(?:{determiners}) )?" if determiners else ""
         # Each phrase with any words where the subject goes, compiled once: a question it does not match cannot match
@@ -71,9 +76,10 @@ class IntentReader:
     def read(
         self, question: str, links: Sequence[NameLink], has_relationships: HasRelationships | None = None,
     ) -> list[RelationIntent]:
-        """Every relationship the question's asking clauses ask for. ``{x}`` matches the words of a link (that
-        link's entities are the subjects) or a reference: the most confident link (earliest of equals) that is
-        confident enough or, given ``has_relationships``, that has relationships of the asked type."""
+        """Every relationship the question's asking clauses ask for, in the order the question asks them. ``{x}``
+        matches the words of a link (that link's entities are the subjects) or a reference: the most confident link
+        (earliest of equals) that is confident enough or, given ``has_relationships``, that has relationships of
+        the asked type. A chain reference ("who owns them") marks the intent ``chained``."""
         if not self._phrases or not links:
             return []
         clauses = asking_clauses(" ".join(question.casefold().split()))
@@ -81,11 +87,11 @@ class IntentReader:
         names = sorted(by_phrase, key=len, reverse=True)
         subject = _alternation([*names, *self._references])
         referents = sorted(links, key=lambda link: (-link.confidence, link.start))
-        intents: dict[tuple[str, Direction], RelationIntent] = {}
+        intents: dict[tuple[str, Direction], tuple[tuple[int, int], RelationIntent]] = {}
         for (relationship_type, direction, phrase), outline in zip(self._phrases, self._outlines):
             if (relationship_type, direction) in intents:
                 continue
-            for clause in clauses:
+            for clause_number, clause in enumerate(clauses):
                 if outline.search(clause) is None:
                     continue
                 match = re.search(
@@ -93,11 +99,13 @@ class IntentReader:
                 if match is None:
                     continue
                 named = by_phrase.get(match["x"]) or self._referent(referents, relationship_type, has_relationships)
-                if named is not None:
-                    intents[(relationship_type, direction)] = RelationIntent(
-                        relationship_type, direction, named.entity_ids, match.group(0))
+                chained = match["x"] in self._chain_references
+                if named is not None or chained:
+                    subjects = named.entity_ids if named is not None else frozenset()
+                    intents[(relationship_type, direction)] = ((clause_number, match.start("x")), RelationIntent(
+                        relationship_type, direction, subjects, match.group(0), chained))
                     break
-        return list(intents.values())
+        return [intent for _, intent in sorted(intents.values(), key=lambda item: item[0])]
 
     @staticmethod
     def _referent(

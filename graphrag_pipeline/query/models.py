@@ -89,6 +89,9 @@ class Fact:
     weight: float
     doc_ids: list[str]  # up to 10 documents stating it that the caller may read
     followed: bool = False  # the question asked for this relationship (from its source or to its target)
+    # Which step of the question asked for it: 1, or 2 for "who owns them" after "which services depend on X"; 0
+    # when not followed.
+    step: int = 0
 
 
 @dataclass(frozen=True)

@@ -239,6 +239,7 @@ class Retrieval:
     # The relationships the question asked for, the ones followed, and the documents about what they reached.
     intents: list[RelationIntent] = field(default_factory=list)
     followed: list[Relationship] = field(default_factory=list)
+    followed_step: dict[str, int] = field(default_factory=dict)  # relationship id -> 1, or 2.. along a chain
     relation_scores: dict[str, float] = field(default_factory=dict)
     # chunk id -> the entry chunk whose entities the walk that scored it started from
     reached_from: dict[str, str] = field(default_factory=dict)
@@ -442,16 +443,25 @@ class GraphRetriever(VectorRetriever):
         catalog page half as strong as the entity's own documents."""
         graph, directory, aboutness = self.index.graph, self.index.directory(), self.index.aboutness()
         reached: dict[str, tuple[str, str]] = {}  # entity -> (subject it was reached from, relationship id)
+        step, previous = 0, frozenset()  # the step of the intent before, and what it reached
         for intent in result.intents:
-            neighbourhoods = graph.neighbourhoods(intent.subjects, [intent.relationship_type])
+            # "which services depend on X, and who owns them": the owners of what the step before reached.
+            chain = intent.chained and bool(previous)
+            subjects = previous if chain else intent.subjects
+            step = step + 1 if chain else 1
+            neighbourhoods = graph.neighbourhoods(subjects, [intent.relationship_type])
             relationship_ids = {rid for n in neighbourhoods.values() for _, rid, _ in n.edges}
+            this_step: set[str] = set()
             for relationship in sorted(graph.get_relationships(relationship_ids).values(),
                                        key=lambda r: r.relationship_id):
                 ends = (relationship.source_id, relationship.target_id)
                 subject, other = ends if intent.direction == "outgoing" else ends[::-1]
-                if subject in intent.subjects and other not in intent.subjects:
+                if subject in subjects and other not in subjects:
                     result.followed.append(relationship)
+                    result.followed_step.setdefault(relationship.relationship_id, step)
                     reached.setdefault(other, (subject, relationship.relationship_id))
+                    this_step.add(other)
+            previous = frozenset(this_step)
         for entity_id in sorted(reached):
             for doc_id, strength in aboutness.documents_about(entity_id).items():
                 score = strength * (CATALOG_PAGE_FACTOR if doc_id in directory.catalog_pages else 1.0)
@@ -459,8 +469,14 @@ class GraphRetriever(VectorRetriever):
                     if score > result.relation_scores.get(chunk_id, 0.0):
                         result.relation_scores[chunk_id] = score
                         result.best_entity[chunk_id] = entity_id
-        for entity_id, (subject, relationship_id) in reached.items():
-            result.reached[entity_id] = TraversalHit(entity_id, 1, 1.0, (subject, entity_id), (relationship_id,))
+        for entity_id in reached:
+            path, via = [entity_id], []
+            while path[-1] in reached and len(path) <= len(reached):  # back along the chain to a question entity
+                subject, relationship_id = reached[path[-1]]
+                path.append(subject)
+                via.append(relationship_id)
+            result.reached[entity_id] = TraversalHit(entity_id, len(via), 1.0, tuple(reversed(path)),
+                                                     tuple(reversed(via)))
 
     @staticmethod
     def _seed_weights(
