@@ -43,7 +43,7 @@ metadata:
   name: billing
   links: [{url: "https://git.example.com/ops/blob/main/runbooks/billing/outage.md", title: Billing outage,
            type: runbook}]
-spec: {type: service, owner: group:team-billing, dependsOn: [resource:ledger-db]}
+spec: {type: service, owner: group:team-billing, system: shop, dependsOn: [resource:ledger-db]}
 ---
 apiVersion: backstage.io/v1alpha1
 kind: Resource
@@ -119,6 +119,7 @@ def test_a_service_named_gets_its_dependents_and_dependencies_with_hops_paths_ow
         "orders": (1, ["billing", "orders"]), "web": (2, ["billing", "orders", "web"])}
     assert [(s.name, s.hops) for s in context.dependencies] == [("fraud-check", 1), ("ledger-db", 1)]
     [billing] = context.subjects
+    assert billing.system == "shop" and dependents["orders"].system == ""  # as each one's catalog entry says
     [owner] = billing.owners
     assert owner.name == "team-billing"
     assert owner.contacts == {"profile.email": "billing@example.com", "slack.com/channel": "#billing-oncall"}
@@ -140,6 +141,7 @@ def test_a_service_named_gets_its_dependents_and_dependencies_with_hops_paths_ow
         assert fact.doc_ids, fact  # every fact cites a document that states it
     markdown = context.to_markdown()
     assert "**orders** (1 hop: billing → orders)" in markdown and "#billing-oncall" in markdown
+    assert "**billing** [shop]" in markdown
 
 
 def test_the_facts_cite_the_catalog_pages_that_state_them(engine):

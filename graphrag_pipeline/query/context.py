@@ -14,12 +14,12 @@ does. Caps (``retrieval.context``) bound its size; what a cap cut is counted in 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from graphrag_pipeline.lib.config import ContextConfig
-from graphrag_pipeline.lib.sources.catalog import CONTACTS_KEY
+from graphrag_pipeline.lib.sources.catalog import CONTACTS_KEY, REFERENCED_ORIGIN
 from graphrag_pipeline.lib.models import Document, Entity, Relationship
 from graphrag_pipeline.lib.stores.protocols import GraphStore
 from graphrag_pipeline.lib.state import StateStore
@@ -73,6 +73,7 @@ class ContextService:
     role: str  # "subject" | "dependency" | "dependent"
     hops: int  # from the subject (0 for the subject)
     path: list[str]  # names from the subject to this service, along the dependency edges
+    system: str = ""  # the system its catalog entry names: which one a name two systems share means here
     owners: list[ContextOwner] = field(default_factory=list)
     runbooks: list[str] = field(default_factory=list)  # runbook links the catalog names (URLs or titles)
     documents: list[ContextDocument] = field(default_factory=list)
@@ -111,7 +112,7 @@ class IncidentContext:
 
 def _service_line(service: ContextService) -> str:
     where = f" ({service.hops} hop{'s' if service.hops != 1 else ''}: {' → '.join(service.path)})" if service.hops else ""
-    parts = [f"- **{service.name}**{where}"]
+    parts = [f"- **{service.name}**{f' [{service.system}]' if service.system else ''}{where}"]
     if service.owners:
         parts.append("owner " + ", ".join(
             owner.name + (f" ({', '.join(owner.contacts.values())})" if owner.contacts else "") for owner in service.owners))
@@ -168,7 +169,7 @@ class ContextBuilder:
         everyone = {eid for _, reached in roles for eid, _, _ in reached}
         entities.update(self.graph.get_entities(everyone - set(entities)))
         details = _ServiceDetails(self, access, facts, truncated)
-        details.read(everyone)
+        details.read(everyone, entities)
         # Nearest first; within a hop, alphabetically (the walk already kept the heaviest edge into each).
         services = {role: [details.service(entities[eid], role, hop, [entities[e].name for e in path if e in entities])
                            for eid, hop, path in sorted(reached, key=lambda r: (r[1], entities[r[0]].name
@@ -285,7 +286,7 @@ class _ServiceDetails:
         self.about: dict[str, list[tuple[float, str, str]]] = {}  # service id -> (strength, doc id, via), best first
         self.documents: dict[str, Document] = {}
 
-    def read(self, service_ids: Iterable[str]) -> None:
+    def read(self, service_ids: Iterable[str], services: Mapping[str, Entity]) -> None:
         config, graph = self.config, self.builder.graph
         service_ids = set(service_ids)
         types = [config.owner_type, *config.document_types, config.incident_type]
@@ -319,9 +320,10 @@ class _ServiceDetails:
                     best[doc_id] = (strength, doc_id, via)
             self.about[service] = sorted(best.values(), key=lambda item: (-item[0], item[2] == "about", item[1]))
             wanted.update(doc_id for _, doc_id, _ in self.about[service][: config.documents_per_service])
-        owner_pages = {d for e in self.entities.values() for d in e.doc_ids
-                       if d in catalog_pages and self.access.can_read(d)}
-        self.documents = {d.doc_id: d for d in self.builder.state.documents(doc_ids=wanted | owner_pages)}
+        # The catalog entries of the services (their system) and of their owners (their contacts).
+        own_pages = {d for e in [*self.entities.values(), *services.values()] for d in e.doc_ids
+                     if d in catalog_pages and self.access.can_read(d)}
+        self.documents = {d.doc_id: d for d in self.builder.state.documents(doc_ids=wanted | own_pages)}
 
     def service(self, entity: Entity, role: str, hops: int, path: list[str]) -> ContextService:
         config = self.config
@@ -336,7 +338,9 @@ class _ServiceDetails:
             if relationship.type == config.owner_type:
                 kept = self._capped(owners, config.owners_per_service, "owners")
                 if kept:
-                    owners.append(ContextOwner(other.entity_id, other.name, self._contacts(other)))
+                    contacts = self._entry(other).get(CONTACTS_KEY)
+                    owners.append(ContextOwner(other.entity_id, other.name, {
+                        str(k): str(v) for k, v in contacts.items()} if isinstance(contacts, dict) else {}))
             elif relationship.type in config.document_types:
                 runbooks.append(other.name)  # a catalog link: short, and the documents below resolve it
             elif self._capped(incidents, config.incidents_per_service, "incidents"):
@@ -352,8 +356,10 @@ class _ServiceDetails:
         documents = [ContextDocument(doc_id, self.documents[doc_id].title, self.documents[doc_id].uri, via,
                                      round(strength, 3))
                      for strength, doc_id, via in about[: config.documents_per_service] if doc_id in self.documents]
-        return ContextService(entity.entity_id, entity.name, entity.type, role, hops, path, owners,
-                              sorted(set(runbooks)), documents, incidents)
+        system = self._entry(entity).get("system")
+        return ContextService(entity.entity_id, entity.name, entity.type, role, hops, path,
+                              system if isinstance(system, str) else "", owners, sorted(set(runbooks)), documents,
+                              incidents)
 
     def _capped(self, kept: list, cap: int, kind: str) -> bool:
         """Whether one more fits under ``cap``; counts the ones that do not."""
@@ -362,12 +368,10 @@ class _ServiceDetails:
         self.truncated[kind] = self.truncated.get(kind, 0) + 1
         return False
 
-    def _contacts(self, owner: Entity) -> dict[str, str]:
-        """The contacts the owner's own catalog entry gives (its page: the catalog page titled by its name)."""
-        for doc_id in owner.doc_ids:
-            document = self.documents.get(doc_id)
-            if document is not None and document.title == owner.name:
-                contacts = document.metadata.get(CONTACTS_KEY) or {}
-                return {str(k): str(v) for k, v in contacts.items()} if isinstance(contacts, dict) else {}
-        return {}
+    def _entry(self, entity: Entity) -> Mapping[str, Any]:
+        """The metadata of the entity's own catalog entry (the catalog page titled by its name), if readable: its
+        definition rather than a page another catalog writes for it because it refers to it."""
+        pages = [document.metadata for doc_id in entity.doc_ids
+                 if (document := self.documents.get(doc_id)) is not None and document.title == entity.name]
+        return next((p for p in pages if p.get("catalog_origin") != REFERENCED_ORIGIN), pages[0] if pages else {})
 

@@ -76,6 +76,7 @@ MIN_ACTIVATION = 0.05
 # A catalog page about an entity a relationship reached ranks below the entity's own documents: its facts are already
 # in the response's relationships, and a service's README or runbook is what there is to read.
 CATALOG_PAGE_FACTOR = 0.5
+CHAIN_STEP_FACTOR = 0.5  # the relation signal of the documents about what each further step of a chain reached
 # Community summaries fetched per result asked for: room for summaries the caller may not read.
 SUMMARIES_PER_RESULT = 4
 CITATIONS_PER_SUMMARY = 5
@@ -443,6 +444,7 @@ class GraphRetriever(VectorRetriever):
         catalog page half as strong as the entity's own documents."""
         graph, directory, aboutness = self.index.graph, self.index.directory(), self.index.aboutness()
         reached: dict[str, tuple[str, str]] = {}  # entity -> (subject it was reached from, relationship id)
+        reached_step: dict[str, int] = {}
         step, previous = 0, frozenset()  # the step of the intent before, and what it reached
         for intent in result.intents:
             # "which services depend on X, and who owns them": the owners of what the step before reached.
@@ -459,12 +461,17 @@ class GraphRetriever(VectorRetriever):
                 if subject in subjects and other not in subjects:
                     result.followed.append(relationship)
                     result.followed_step.setdefault(relationship.relationship_id, step)
-                    reached.setdefault(other, (subject, relationship.relationship_id))
+                    if other not in reached:
+                        reached[other] = (subject, relationship.relationship_id)
+                        reached_step[other] = step
                     this_step.add(other)
             previous = frozenset(this_step)
         for entity_id in sorted(reached):
+            # What a later step reached (the owners of the dependents) answers a follow-up: its documents rank
+            # after the first step's.
+            chain_factor = CHAIN_STEP_FACTOR ** (reached_step[entity_id] - 1)
             for doc_id, strength in aboutness.documents_about(entity_id).items():
-                score = strength * (CATALOG_PAGE_FACTOR if doc_id in directory.catalog_pages else 1.0)
+                score = strength * chain_factor * (CATALOG_PAGE_FACTOR if doc_id in directory.catalog_pages else 1.0)
                 for chunk_id in directory.chunks_of.get(doc_id, ()):
                     if score > result.relation_scores.get(chunk_id, 0.0):
                         result.relation_scores[chunk_id] = score

@@ -89,6 +89,7 @@ CATALOG_SUFFIXES = frozenset({".yaml", ".yml"})
 RECORD_KEY = "catalog"  # key of the typed part of a catalog document's extraction record
 RECORD_VERSION = 2  # 2: the other names of each entity (title, declared aliases, full reference)
 SPOTTER = "catalog"
+REFERENCED_ORIGIN = "referenced"  # the origin of a page written for an entity only referred to, never defined
 CONTACTS_KEY = "contacts"  # a document's metadata key for its entity's contacts (query.context reads it)
 DEFAULT_NAMESPACE = "default"
 BACKSTAGE_API_PREFIX = "backstage.io/"
@@ -565,6 +566,9 @@ def _backstage_entry(data: Mapping[str, Any], ref: EntityRef, path: str) -> Cata
             entry_metadata[key] = spec[key]
     if tags:
         entry_metadata["tags"] = list(tags)
+    if isinstance(spec.get("system"), str):  # which system a fact about it belongs to (query.context shows it)
+        entry_metadata["system"] = parse_entity_ref(spec["system"], default_kind="system",
+                                                    default_namespace=ref.namespace).display
     profile = spec.get("profile") if isinstance(spec.get("profile"), Mapping) else {}
     annotations = metadata.get("annotations") if isinstance(metadata.get("annotations"), Mapping) else {}
     contacts = _contacts({**{f"profile.{k}": v for k, v in profile.items()}, **annotations})
@@ -789,7 +793,7 @@ def _referenced_entries(entries: Iterable[CatalogEntry]) -> list[CatalogEntry]:
         # What it owns is listed by _list_ownership, as on the pages of defined owners.
         details = sorted({fact.sentence() for fact in facts
                           if not (fact.relation == "owned_by" and normalize_name(fact.target.display) == key)})
-        pages.append(CatalogEntry(ref, "referenced", "", summary, details=details))
+        pages.append(CatalogEntry(ref, REFERENCED_ORIGIN, "", summary, details=details))
     return pages
 
 
