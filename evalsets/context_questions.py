@@ -8,6 +8,10 @@ Rule: for every catalog entity that at least one entity depends on, one question
   ``owner`` of X and of each of those dependents (when the catalog has owners); their runbook links (``metadata.links``
   whose title or type says runbook, as ``[entity, "HAS_RUNBOOK", url]``, when the catalog has them).
 - ``gold_ids``: empty; these questions are scored on facts (``graphrag-pipeline eval`` reports them under ``facts``).
+
+When the catalog has owners, also one question of type ``chained_owners`` per such entity: "Which services depend on
+{X}, and who owns them?", ``gold_facts`` = its direct dependents' ``dependsOn`` edges to X and their ``owner``s (the
+two steps a chained question follows through ``query``).
 """
 
 from __future__ import annotations
@@ -20,10 +24,15 @@ from pathlib import Path
 import yaml
 
 QUESTION = "Alert on {x}: which services depend on it, who owns them, and which runbooks apply?"
+CHAINED = "Which services depend on {x}, and who owns them?"
 
 
-def entity_name(ref: str) -> str:
-    return ref.split(":", 1)[-1].split("/")[-1]
+def entity_name(ref: str, namespace: str = "default") -> str:
+    """A Backstage reference's node name: the plain name in the default namespace, else namespace/name (a missing
+    namespace is the referring entity's)."""
+    path = ref.split(":", 1)[-1]
+    namespace, name = path.split("/", 1) if "/" in path else (namespace, path)
+    return name if namespace.lower() == "default" else f"{namespace.lower()}/{name}"
 
 
 def main(set_dir: str) -> None:
@@ -34,11 +43,14 @@ def main(set_dir: str) -> None:
     owner: dict[str, str] = {}
     runbooks: dict[str, list[str]] = {}
     for entity in entities:
-        name, spec = entity["metadata"]["name"], entity.get("spec") or {}
+        if entity.get("kind") not in ("Component", "Resource"):
+            continue
+        namespace = entity["metadata"].get("namespace", "default")
+        name, spec = entity_name(entity["metadata"]["name"], namespace), entity.get("spec") or {}
         for target in spec.get("dependsOn") or []:
-            depends.setdefault(name, set()).add(entity_name(target))
+            depends.setdefault(name, set()).add(entity_name(target, namespace))
         if spec.get("owner"):
-            owner[name] = entity_name(spec["owner"])
+            owner[name] = entity_name(spec["owner"], namespace)
         runbooks[name] = [link["url"] for link in entity["metadata"].get("links") or []
                           if re.search("runbook|playbook", f"{link.get('title', '')} {link.get('type', '')}", re.I)]
     dependents_of: dict[str, set[str]] = {}
@@ -58,6 +70,12 @@ def main(set_dir: str) -> None:
         questions.append({"id": f"context-{subject}", "question": QUESTION.format(x=subject), "answer": None,
                           "gold_ids": [], "gold_facts": [list(f) for f in sorted(facts)],
                           "gold_entities": sorted(hop1 | hop2), "type": "incident_context"})
+    for subject in sorted(dependents_of) if owner else ():
+        direct = dependents_of[subject] - {subject}
+        facts = {(d, "DEPENDS_ON", subject) for d in direct} | {(d, "OWNED_BY", owner[d]) for d in direct if d in owner}
+        questions.append({"id": f"context-chained-{subject}", "question": CHAINED.format(x=subject), "answer": None,
+                          "gold_ids": [], "gold_facts": [list(f) for f in sorted(facts)],
+                          "gold_entities": sorted(direct), "type": "chained_owners"})
     (root / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions), encoding="utf-8")
 
 
