@@ -287,3 +287,43 @@ def test_run_metadata_names_no_restricted_entity_title_document_or_text(built):
     # Public elements, titles and documents are still named: the filter withholds, it does not blank.
     assert "team-payments" in materialized["element_summaries"]
     assert "t:payments.md" in materialized["raw_documents"] and "withheld" in materialized["raw_documents"]
+
+
+def test_a_deleted_restricted_document_is_hidden_from_everyone_from_the_moment_it_is_deleted(tmp_path):
+    """Only raw_documents has run since the restricted files went (a crash right after it, or the Dagster runs in
+    between): what the later stages derived from them is still in the index, and nobody sees it — not the public,
+    not the group (the documents are gone). The full build that follows leaves no withdrawn mark behind."""
+    from graphrag_pipeline.lib.config import load_settings
+    from graphrag_pipeline.lib.stages import all_shards, stage
+    from graphrag_pipeline.lib.state import WITHDRAWN_GROUP
+    from graphrag_pipeline.lib.workspace import Workspace
+
+    from .conftest import build
+
+    corpus, config = write_access_config(tmp_path)
+    settings = load_settings(config)
+    build(settings)
+    (corpus / "vault-incident.md").unlink()
+    (corpus / "launch.md").unlink()
+    with Workspace(settings) as workspace:
+        stage("raw_documents").execute(workspace, all_shards(workspace))
+        assert workspace.graph_store.get_entities(workspace.graph_store.all_entity_ids())  # the derived rows are still there
+    with open_index(settings=settings) as index:
+        assert any("vault-gateway" == e.name for e in index.graph.get_entities(index.graph.all_entity_ids()).values())
+        for groups in ((), GROUPS):
+            seen = []
+            for question in (QUESTION, LAUNCH_QUESTION, "What does vault-gateway depend on?"):
+                for mode in ("hybrid", "graph", "vector", "keyword", "global"):
+                    answer = index.query(question, mode=mode, results="chunks", top_k=20, groups=groups).to_dict()
+                    answer.pop("question")
+                    seen.append(json.dumps(answer))
+            seen.append(json.dumps(explore.list_entities(index, groups=groups, limit=1000)))
+            seen.append(json.dumps(explore.list_relationships(index, groups=groups, limit=1000)))
+            seen.append(json.dumps(explore.graph_stats(index, groups=groups)))
+            seen.append(json.dumps(index.context("checkout-service", groups=groups).to_dict()))
+            assert leaked("\n".join(seen)) == set(), groups
+    build(settings)
+    with Workspace(settings) as workspace:
+        assert not any(WITHDRAWN_GROUP in groups for groups in workspace.state.restricted_documents().values())
+        assert not any(e.name == "vault-gateway"
+                       for e in workspace.graph_store.get_entities(workspace.graph_store.all_entity_ids()).values())

@@ -85,7 +85,8 @@ CREATE TABLE IF NOT EXISTS documents (
     chunked_key TEXT            -- content hash + chunking config the current chunks were made from
 );
 CREATE INDEX IF NOT EXISTS documents_shard ON documents(shard);
-CREATE TABLE IF NOT EXISTS document_access (   -- groups that may read a restricted document (none: everyone may)
+CREATE TABLE IF NOT EXISTS document_access (   -- groups that may read a restricted document (none: everyone may;
+                                               -- WITHDRAWN_GROUP: a deleted one, readable by nobody)
     doc_id TEXT NOT NULL,
     access_group TEXT NOT NULL,
     PRIMARY KEY (doc_id, access_group)
@@ -430,12 +431,24 @@ class StateStore:
         return dict(self.query("SELECT doc_id, content_hash FROM seen_sources"))
 
     def delete_documents(self, doc_ids: Sequence[str]) -> None:
-        """Forget documents and their chunks; downstream stages notice the missing chunks and clean up after them."""
+        """Forget documents and their chunks; downstream stages notice the missing chunks and clean up after them.
+        Until they have, what was derived from a deleted document must be hidden from everyone, so its access row
+        becomes the withdrawn mark rather than going (a document without one would be readable by all): in the
+        same transaction, so no moment shows it, and a crash anywhere after leaves it hidden."""
         with self.transaction() as conn:
             conn.executemany("DELETE FROM chunks WHERE doc_id = ?", [(d,) for d in doc_ids])
             conn.executemany("DELETE FROM documents WHERE doc_id = ?", [(d,) for d in doc_ids])
             conn.executemany("DELETE FROM source_extractions WHERE doc_id = ?", [(d,) for d in doc_ids])
             conn.executemany("DELETE FROM document_access WHERE doc_id = ?", [(d,) for d in doc_ids])
+            conn.executemany("INSERT INTO document_access VALUES (?, ?)", [(d, WITHDRAWN_GROUP) for d in doc_ids])
+
+    def forget_withdrawn(self) -> int:
+        """Drop the withdrawn marks of deleted documents (once every stage has run after the deletes, nothing derived
+        from them is left); returns how many. A document that came back has its own access rows again already."""
+        with self.transaction() as conn:
+            return conn.execute(
+                "DELETE FROM document_access WHERE access_group = ? AND doc_id NOT IN (SELECT doc_id FROM documents)",
+                (WITHDRAWN_GROUP,)).rowcount
 
     def documents(self, shards: Iterable[int] | None = None, doc_ids: Iterable[str] | None = None) -> list[Document]:
         sql = "SELECT doc_id, source, uri, title, text, content_hash, metadata FROM documents"
@@ -838,6 +851,11 @@ def build_lock(index_dir: Path) -> Iterator[None]:
             if held[1] == 0:
                 del _held_build_locks[path]
                 os.close(held[0])
+
+
+# The access group of a deleted document whose derived rows may still exist: no caller holds it (query.access refuses
+# it whatever groups a caller claims). Not NUL-prefixed: PostgreSQL text cannot hold NUL.
+WITHDRAWN_GROUP = "graphrag:withdrawn"
 
 
 def access_groups_of(document: Document) -> list[str]:

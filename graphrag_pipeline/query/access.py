@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from graphrag_pipeline.lib.models import Entity, Relationship
-from graphrag_pipeline.lib.state import StateStore
+from graphrag_pipeline.lib.state import WITHDRAWN_GROUP, StateStore
 
 
 def reader_access(state: StateStore, groups: Iterable[str]) -> "ReaderAccess":
@@ -35,11 +35,12 @@ class ReaderAccess:
 
     def can_read(self, doc_id: str) -> bool:
         allowed = self._restricted.get(doc_id)
-        return allowed is None or not allowed.isdisjoint(self._groups)
+        return allowed is None or (WITHDRAWN_GROUP not in allowed and not allowed.isdisjoint(self._groups))
 
     def reads_everything(self) -> bool:
         """Whether this caller may read every document of the index."""
-        return all(not allowed.isdisjoint(self._groups) for allowed in self._restricted.values())
+        return all(WITHDRAWN_GROUP not in allowed and not allowed.isdisjoint(self._groups)
+                   for allowed in self._restricted.values())
 
     def can_read_any(self, doc_ids: Iterable[str]) -> bool:
         """For what any one supporting document justifies: an entity, a relationship."""

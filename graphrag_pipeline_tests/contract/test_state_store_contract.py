@@ -25,6 +25,7 @@ from graphrag_pipeline.lib.models import Chunk, ChunkExtraction, Document, Entit
 from graphrag_pipeline.lib.state import (
     SCHEMA_VERSION,
     UNSYNCED,
+    WITHDRAWN_GROUP,
     SchemaVersionError,
     StateStore,
     extraction_to_json,
@@ -213,6 +214,16 @@ def test_documents_round_trip_with_access_groups(state: StateStoreProtocol) -> N
     assert state.document_count() == 2
 
     state.upsert_documents([_document("b", "beta")], {"b": 1})  # the source dropped the restriction
+    assert state.restricted_documents() == {}
+
+
+def test_a_deleted_document_is_withdrawn_from_everyone_until_its_marks_are_forgotten(state: StateStoreProtocol) -> None:
+    state.upsert_documents([_document("a", "alpha"), _document("b", "beta", ["sre"])], {"a": 0, "b": 1})
+    state.delete_documents(["a", "b"])
+    # What was derived from them may still be in the index: readable by nobody, public or not.
+    assert state.restricted_documents() == {"a": frozenset({WITHDRAWN_GROUP}), "b": frozenset({WITHDRAWN_GROUP})}
+    state.upsert_documents([_document("b", "beta again")], {"b": 1})  # it came back, public now
+    assert state.forget_withdrawn() == 1
     assert state.restricted_documents() == {}
 
 
