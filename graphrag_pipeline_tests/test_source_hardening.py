@@ -159,6 +159,52 @@ def test_broken_front_matter_that_may_restrict_a_file_keeps_it_out_of_the_index(
     assert "docs:launch.md" in scan.withdrawn
 
 
+ALIAS_BOMB = "---\na: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + n)}: &{chr(98 + n)} [{', '.join([f'*{chr(97 + n)}'] * 9)}]\n" for n in range(8)) + "---\n# Bomb\n\nbody\n"
+
+
+@pytest.mark.parametrize("name", ["launch.md", "launch.txt"])
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("---\naccess_groups: [secret-team]\n# Launch\n\nThe launch code is 0000.\n", "is never closed"),
+        ("---\nAccess_Groups: [secret-team]\n---\n# Launch\n\nThe launch code is 0000.\n",
+         "'Access_Groups' is not spelled access_groups"),
+        ("---\naccess_groups: [secret-team]\naccess_groups: []\n---\n# Launch\n\nThe launch code is 0000.\n",
+         "duplicate key 'access_groups'"),
+        (ALIAS_BOMB, "YAML aliases (*a) are not accepted"),
+    ],
+)
+def test_front_matter_is_read_strictly_in_any_text_format(root, name: str, text: str, reason: str):
+    """Each of these was indexed as public: an unclosed block, another spelling of the key, a duplicate key whose
+    last value wins, and a 500-byte alias bomb that expanded into tens of megabytes of metadata."""
+    write(root / name, text)
+    started = time.perf_counter()
+    scan = read_source(FolderSource(name="docs", path=str(root), extensions=(".md", ".txt")))
+    assert time.perf_counter() - started < 60  # a bound on a runaway, not a speed measurement
+    assert f"docs:{name}" not in documents(scan)
+    assert reason in reasons(scan)[f"docs:{name}"]
+    assert f"docs:{name}" in scan.withdrawn
+
+
+@pytest.mark.parametrize("name", ["launch.md", "launch.txt"])
+def test_blank_lines_before_the_front_matter_do_not_hide_it(root, name: str):
+    write(root / name, "\n\n---\naccess_groups: [secret-team]\n---\n# Launch\n\nThe launch code is 0000.\n")
+    scan = read_source(FolderSource(name="docs", path=str(root), extensions=(".md", ".txt")))
+    document = documents(scan)[f"docs:{name}"]
+    assert document.metadata["access_groups"] == ["secret-team"] and "access_groups" not in document.text
+
+
+def test_a_catalog_entry_with_a_yaml_alias_is_quarantined(tmp_path):
+    catalog = write(tmp_path / "catalog" / "catalog-info.yaml", (
+        "apiVersion: backstage.io/v1alpha1\nkind: Component\nmetadata: {name: bomb, description: &a [x, x, x]}\n"
+        "spec: {type: service, lifecycle: [*a, *a, *a]}\n---\n"
+        "apiVersion: backstage.io/v1alpha1\nkind: Component\nmetadata: {name: fine}\n"))
+    scan = read_source(CatalogSource(name="cat", path=str(catalog.parent)))
+    assert [d.doc_id for d in scan.documents] == ["cat:component:default/fine"]
+    assert any("YAML aliases (*a) are not accepted" in reason for reason in reasons(scan).values())
+
+
 @pytest.mark.parametrize(
     ("value", "problem"),
     [

@@ -81,7 +81,9 @@ from graphrag_pipeline.lib.sources.reader import (
     STAGE,
     ReadContext,
     SourceScan,
+    YamlAliasError,
     json_safe,
+    load_untrusted_yaml,
     unreadable_marker,
 )
 
@@ -299,10 +301,16 @@ def parse_catalog_text(text: str, path: str = "", *, strict: bool = True) -> Par
     pieces = _yaml_documents(text)
     for position, (piece, line) in enumerate(pieces, start=1):
         where = f"{path or 'catalog'} document {position} (line {line})" if len(pieces) > 1 else (path or "catalog")
+        failure: yaml.YAMLError | None = None
         try:
-            data = yaml.safe_load(piece)
+            data = load_untrusted_yaml(piece)
         except yaml.YAMLError as error:
-            reason = f"{where}: invalid YAML: {_one_line(error)}"
+            # A compose file's anchors, say: read again only to tell that it is no catalog, never kept. A catalog
+            # entry with an alias is refused like any other broken one.
+            data = _read_for_kind(piece) if isinstance(error, YamlAliasError) else None
+            failure = None if data is not None and not _is_catalog(data) else error
+        if failure is not None:
+            reason = f"{where}: invalid YAML: {_one_line(failure)}"
             refs = _names_in_broken_yaml(piece)
             if not refs:
                 parsed.problems.append(Problem(path, str(position), reason, None, piece[:RAW_EXCERPT]))
@@ -339,6 +347,19 @@ def _yaml_documents(text: str) -> list[tuple[str, int]]:
         if piece.strip():
             pieces.append((piece, text.count("\n", 0, start) + 1))
     return pieces
+
+
+def _read_for_kind(piece: str) -> Any:
+    try:
+        return yaml.safe_load(piece)
+    except yaml.YAMLError:
+        return None
+
+
+def _is_catalog(data: Any) -> bool:
+    """A Backstage entity or a service catalog (parsing a document with aliases to find out shares their nodes, so it
+    costs no more than its text; it is serializing them that explodes)."""
+    return isinstance(data, Mapping) and (_is_backstage(data) or isinstance(data.get("services"), list))
 
 
 def _is_backstage(data: Mapping[str, Any]) -> bool:

@@ -1,8 +1,8 @@
 """Folder sources: files under a directory, by content hash.
 
-Markdown (``.md``, ``.markdown``) has its YAML front matter moved into ``metadata`` (the reader's own keys ``path``,
-``extension`` and ``modified`` take precedence); HTML (``.html``, ``.htm``) is reduced to text with headings kept as
-``#`` lines (``lib.sources.html_text``); every other configured extension is read as plain text. Files must be UTF-8
+Markdown (``.md``, ``.markdown``) and every other text format but HTML have their YAML front matter moved into
+``metadata`` (the reader's own keys ``path``, ``extension`` and ``modified`` take precedence); HTML (``.html``,
+``.htm``) is reduced to text with headings kept as ``#`` lines (``lib.sources.html_text``). Files must be UTF-8
 (a BOM is fine). A file that is not UTF-8 becomes a ``Quarantined`` record with the reason, and the read goes on.
 
 What is read: only files inside the folder (``lib.sources.paths``: a symbolic link out of it is refused and
@@ -10,8 +10,9 @@ quarantined, one inside it is followed only with ``follow_symlinks``), and only 
 ``max_document_bytes``.
 
 Access fails closed: a file's front matter may narrow its folder's ``access_groups``, never widen them
-(``file_access_groups``). A front matter block that is not a valid YAML mapping, or an ``access_groups`` value that
-is not a list of group names, quarantines the document: it is not indexed, and an earlier version of it is withdrawn,
+(``file_access_groups``). A front matter block that is not a valid YAML mapping (aliases and duplicate keys refused),
+that is never closed, that spells ``access_groups`` another way, or an ``access_groups`` value that is not a list of
+group names, quarantines the document: it is not indexed, and an earlier version of it is withdrawn,
 because who may read it is unknown.
 
 Identity and change detection: a document's id is the source name plus the file's path, so an edited file keeps its
@@ -40,6 +41,7 @@ from graphrag_pipeline.lib.sources.reader import (
     ReadContext,
     SourceScan,
     json_safe,
+    load_untrusted_yaml,
     unreadable_marker,
 )
 
@@ -174,17 +176,16 @@ def _parse_file(
     text = raw_text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
     suffix = path.suffix.lower()
     front_matter: dict[str, Any] = {}
-    if suffix in MARKDOWN_SUFFIXES:
+    if suffix in HTML_SUFFIXES:
+        html_title, text = html_to_text(text)
+        title = html_title or _file_title(path)
+    else:  # front matter is read from any text format: a .txt file may say who can read it as well
         split = _split_front_matter(text, doc_id)
         if isinstance(split, Quarantined):
             return split
         text, front_matter = split
-        title = _text_title(front_matter.get("title")) or _first_markdown_h1(text) or _file_title(path)
-    elif suffix in HTML_SUFFIXES:
-        html_title, text = html_to_text(text)
-        title = html_title or _file_title(path)
-    else:
-        title = _file_title(path)
+        title = _text_title(front_matter.get("title")) or (
+            _first_markdown_h1(text) if suffix in MARKDOWN_SUFFIXES else None) or _file_title(path)
     try:
         groups = file_access_groups(source.access_groups, front_matter)
     except ValueError as error:
@@ -240,18 +241,27 @@ def file_access_groups(configured: tuple[str, ...], front_matter: dict[str, Any]
     return sorted(kept)
 
 
+_OPENING = re.compile(r"---[ \t]*(?:\n|\Z)")
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)^(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL | re.MULTILINE)
 
 
 def _split_front_matter(text: str, doc_id: str) -> tuple[str, dict[str, Any]] | Quarantined:
-    """(body, front matter), or the quarantine record of a front matter block that is not a YAML mapping: it may
-    hold the file's access groups, so the file is not indexed without it."""
-    match = _FRONT_MATTER.match(text)
-    if match is None:
+    """(body, front matter), or the quarantine record of a front matter block that cannot be read strictly: it may
+    hold the file's access groups, so the file is not indexed without it. Strictly: blank lines before the opening
+    ``---`` do not hide it; an opening ``---`` without a closing one, a duplicate key, a YAML alias, or a key that is
+    ``access_groups`` in another spelling (``Access_Groups``) quarantines the file."""
+    stripped = text.lstrip("\n \t")
+    if _OPENING.match(stripped) is None:
         return text, {}
+    match = _FRONT_MATTER.match(stripped)
+    if match is None:
+        reason = ("front matter opened with --- is never closed (a --- or ... line); not indexed until it is fixed "
+                  "(it may say who can read the file)")
+        return Quarantined(STAGE, doc_id, reason, raw=stripped[:RAW_EXCERPT])
+    text = stripped
     block = match.group(1)
     try:
-        data = yaml.safe_load(block)
+        data = load_untrusted_yaml(block)
     except yaml.YAMLError as error:
         reason = f"invalid YAML front matter, not indexed until it is fixed (it may say who can read the file): {error}"
         return Quarantined(STAGE, doc_id, reason, raw=block[:RAW_EXCERPT])
@@ -260,6 +270,12 @@ def _split_front_matter(text: str, doc_id: str) -> tuple[str, dict[str, Any]] | 
     if not isinstance(data, dict):
         reason = (f"front matter is a {type(data).__name__}, not a mapping; not indexed until it is fixed (it may say "
                   "who can read the file)")
+        return Quarantined(STAGE, doc_id, reason, raw=block[:RAW_EXCERPT])
+    misspelled = [str(key) for key in data if str(key) != ACCESS_GROUPS
+                  and re.sub(r"[\s_-]+", "_", str(key).strip().casefold()) == ACCESS_GROUPS]
+    if misspelled:
+        reason = (f"front matter key {misspelled[0]!r} is not spelled access_groups; not indexed until it is fixed "
+                  "(it says who can read the file)")
         return Quarantined(STAGE, doc_id, reason, raw=block[:RAW_EXCERPT])
     return text[match.end() :].lstrip("\n"), {str(key): value for key, value in data.items()}
 

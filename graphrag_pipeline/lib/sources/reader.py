@@ -6,6 +6,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Protocol, TypeVar
 
+import yaml
+
 from graphrag_pipeline.lib.config import BaseSource
 from graphrag_pipeline.lib.models import Document, Quarantined
 
@@ -89,3 +91,32 @@ def json_safe(value: Any) -> Any:
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return str(value)
+
+
+class YamlAliasError(yaml.composer.ComposerError):
+    """Text a source supplies used a YAML alias."""
+
+
+class _UntrustedYamlLoader(yaml.SafeLoader):
+    """YAML a document or a catalog entry supplies: no aliases (a few hundred bytes of nested ``*refs`` expand into
+    gigabytes once serialized), no duplicate keys (which one wins decides who may read a file)."""
+
+    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise YamlAliasError(None, None, f"YAML aliases (*{event.anchor}) are not accepted here", event.start_mark)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):  # type: ignore[no-untyped-def]
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_untrusted_yaml(text: str) -> Any:
+    """``yaml.safe_load`` for text a source supplies, refusing aliases and duplicate keys (``yaml.YAMLError``)."""
+    return yaml.load(text, Loader=_UntrustedYamlLoader)  # noqa: S506 (a SafeLoader)
