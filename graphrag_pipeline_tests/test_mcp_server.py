@@ -140,3 +140,20 @@ def test_stdio_refuses_to_start_without_a_known_key(index_config):
                                                                        "GRAPHRAG_MCP_KEY": "not-a-key"},
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode == 2 and "GRAPHRAG_MCP_KEY must hold a configured API key" in done.stderr
+
+
+@pytest.mark.parametrize("channel", ["stdio", "http"])
+def test_a_question_over_the_length_limit_is_refused_at_once_with_a_message(index_config, http_url, channel):
+    open_session = channels(index_config, http_url)[channel]
+
+    async def scenario():
+        async with open_session(PUBLIC_KEY) as session:
+            refused = await session.call_tool("search_knowledge", {"question": "x" * 1_000_000})
+            context = await session.call_tool("incident_context", {"subject": "checkout-service", "max_hops": 9})
+            answered = await call(session, "graph_overview")
+            return refused, context, answered
+
+    refused, context, answered = anyio.run(scenario)
+    assert refused.is_error and "at most 2000" in refused.content[0].text  # the reason, not "Error executing tool"
+    assert context.is_error and "max_hops must be between 0 and 3" in context.content[0].text
+    assert answered["entities"] > 0  # the server goes on answering

@@ -514,6 +514,7 @@ class ServerConfig(StrictModel):
     # An environment variable holding more keys as a JSON list of the same objects (kept out of config files).
     api_keys_env: str | None = "GRAPHRAG_API_KEYS"
     max_concurrent_requests: int = Field(8, ge=1)  # beyond: 429 at once, instead of a queue that times out
+    max_concurrent_requests_per_key: int = Field(4, ge=1)  # one key's long questions leave room for the others
     request_timeout_seconds: float = Field(30.0, gt=0)  # a request still working then answers 504
     max_question_chars: int = Field(2000, ge=1)
     log_questions: bool = False  # access logs leave question text out unless this is set

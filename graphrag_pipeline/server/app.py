@@ -2,19 +2,17 @@
 
 Every answer goes through the query module's functions with the caller's groups (``QueryEngine.query``,
 ``query.explore``), the same access rule as the CLI and Python callers. Bad input gets a 4xx JSON error that says what
-is wrong; nothing answers a traceback. Work runs on a pool of ``max_concurrent_requests`` threads: a request beyond
-that gets 429 at once (a queue would only turn into timeouts), and one still working after
-``request_timeout_seconds`` answers 504 (its thread finishes and frees its slot).
+is wrong; nothing answers a traceback. Work runs on a pool of ``max_concurrent_requests`` threads
+(``server.limits``, shared with the MCP server): a request beyond that, or beyond its key's
+``max_concurrent_requests_per_key``, gets 429 at once (a queue would only turn into timeouts), and one still working
+after ``request_timeout_seconds`` answers 504 (its thread finishes and frees its slot).
 """
 
 
-import asyncio
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -35,6 +33,7 @@ from graphrag_pipeline.query.explore import (
 )
 from graphrag_pipeline.query.models import MAX_HOPS, Fusion, Granularity, Mode
 from graphrag_pipeline.server.auth import Caller, KeyRing
+from graphrag_pipeline.server.limits import AnswerSlots, Busy, TimedOut, check_question
 
 ACCESS_LOG = logging.getLogger("graphrag_pipeline.server.access")
 ERROR_LOG = logging.getLogger("graphrag_pipeline.server")
@@ -81,13 +80,12 @@ class Health(BaseModel):
 def create_app(index: OpenIndex, settings: PipelineSettings, keys: KeyRing) -> FastAPI:
     """The API over one open index; the caller closes the index after the app stops."""
     config = settings.server
-    slots = threading.BoundedSemaphore(config.max_concurrent_requests)
-    pool = ThreadPoolExecutor(config.max_concurrent_requests, thread_name_prefix="graphrag-serve")
+    slots = AnswerSlots(config, "graphrag-serve")
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         yield
-        pool.shutdown(wait=False, cancel_futures=True)
+        slots.close()
 
     app = FastAPI(
         title="graphrag_pipeline",
@@ -97,16 +95,13 @@ def create_app(index: OpenIndex, settings: PipelineSettings, keys: KeyRing) -> F
         lifespan=lifespan,
     )
 
-    async def run(work: Callable[[], T]) -> T:
-        if not slots.acquire(blocking=False):
-            raise ApiError(429, f"the server is answering {config.max_concurrent_requests} requests at once, its "
-                                "limit; try again shortly", {"Retry-After": "1"})
-        future = asyncio.get_running_loop().run_in_executor(pool, work)
-        future.add_done_callback(lambda _: slots.release())
+    async def run(caller: Caller, work: Callable[[], T]) -> T:
         try:
-            return await asyncio.wait_for(asyncio.shield(future), config.request_timeout_seconds)
-        except asyncio.TimeoutError:
-            raise ApiError(504, f"the request took longer than {config.request_timeout_seconds:g} s") from None
+            return await slots.run(caller.name, work)
+        except Busy as error:
+            raise ApiError(429, str(error), {"Retry-After": "1"}) from None
+        except TimedOut as error:
+            raise ApiError(504, str(error)) from None
 
     def caller_of(request: Request) -> Caller:
         scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
@@ -181,12 +176,12 @@ def create_app(index: OpenIndex, settings: PipelineSettings, keys: KeyRing) -> F
     async def search(body: SearchRequest, caller: Authenticated, request: Request) -> dict[str, Any]:
         """Answer a question: ranked results with text, source, entity path, per-signal scores, hops and citations,
         the linked entities and the facts behind them — only what the caller's groups may read."""
-        if len(body.question) > config.max_question_chars:
-            raise ApiError(400, f"question is {len(body.question)} characters; at most {config.max_question_chars}")
-        if not body.question.strip():
-            raise ApiError(400, "question is blank")
+        try:
+            check_question(body.question, config)
+        except ValueError as error:
+            raise ApiError(400, str(error)) from None
         request.state.question = body.question
-        response = await run(lambda: index.query(
+        response = await run(caller, lambda: index.query(
             body.question, mode=body.mode, top_k=body.top_k, max_hops=body.max_hops, fusion=body.fusion,
             results=body.results, groups=caller.groups))
         return {"index_version": index.version, **response.to_dict()}
@@ -196,44 +191,44 @@ def create_app(index: OpenIndex, settings: PipelineSettings, keys: KeyRing) -> F
         """The incident context of a service: its dependencies and dependents within max_hops (the blast radius),
         their owners with contacts, runbooks, documents and incidents, and each fact with the documents that state
         it — only what the caller's groups may read; `markdown` renders it for a prompt."""
-        if len(body.subject) > config.max_question_chars:
-            raise ApiError(400, f"subject is {len(body.subject)} characters; at most {config.max_question_chars}")
-        if not body.subject.strip():
-            raise ApiError(400, "subject is blank")
-        found = await run(lambda: index.context(body.subject, max_hops=body.max_hops, groups=caller.groups))
+        try:
+            check_question(body.subject, config, "subject")
+        except ValueError as error:
+            raise ApiError(400, str(error)) from None
+        found = await run(caller, lambda: index.context(body.subject, max_hops=body.max_hops, groups=caller.groups))
         return {"index_version": index.version, **found.to_dict(), "markdown": found.to_markdown()}
 
     @app.get("/v1/index", tags=["index"])
     async def index_info(caller: Authenticated) -> dict[str, Any]:
         """The index's published version, its models and what the caller can see of it."""
-        counts = await run(lambda: graph_stats(index, groups=caller.groups))
+        counts = await run(caller, lambda: graph_stats(index, groups=caller.groups))
         return {"version": index.version, "embedder": index.embedder.name,
                 "extractor": settings.extraction.extractor, "graph": counts}
 
     @app.get("/v1/graph", tags=["graph"])
     async def graph(caller: Authenticated) -> dict[str, Any]:
         """Counts of the entities and relationships (by type) the caller may see."""
-        return await run(lambda: graph_stats(index, groups=caller.groups))
+        return await run(caller, lambda: graph_stats(index, groups=caller.groups))
 
     @app.get("/v1/entities", tags=["graph"])
     async def entities(caller: Authenticated, offset: Annotated[int, Query(ge=0)] = 0,
                        limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT)] = 50,
                        order_by: Annotated[Literal[ENTITY_ORDERS], Query()] = "mention_count") -> dict[str, Any]:
         """A page of the entities the caller may see."""
-        return await run(lambda: list_entities(index, groups=caller.groups, offset=offset, limit=limit,
+        return await run(caller, lambda: list_entities(index, groups=caller.groups, offset=offset, limit=limit,
                                                order_by=order_by))
 
     @app.get("/v1/relationships", tags=["graph"])
     async def relationships(caller: Authenticated, offset: Annotated[int, Query(ge=0)] = 0,
                             limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT)] = 50) -> dict[str, Any]:
         """A page of the relationships the caller may see."""
-        return await run(lambda: list_relationships(index, groups=caller.groups, offset=offset, limit=limit))
+        return await run(caller, lambda: list_relationships(index, groups=caller.groups, offset=offset, limit=limit))
 
     @app.get("/v1/entities/{entity_id}", tags=["graph"])
     async def entity(entity_id: str, caller: Authenticated,
                      limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT)] = 50) -> dict[str, Any]:
         """One entity with its relationships and their other ends, as the caller may see them."""
-        found = await run(lambda: entity_neighbourhood(index, entity_id, groups=caller.groups, limit=limit))
+        found = await run(caller, lambda: entity_neighbourhood(index, entity_id, groups=caller.groups, limit=limit))
         if found is None:
             raise ApiError(404, f"no entity {entity_id!r}")
         return found

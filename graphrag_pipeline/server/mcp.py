@@ -2,23 +2,28 @@
 
 Same engine and access rule as the HTTP API. The caller's groups come from an API key of the same key ring
 (``server.api_keys``, ``$GRAPHRAG_API_KEYS``): over streamable HTTP each request's bearer token is verified and names
-the caller; over stdio the process serves the one key in ``$GRAPHRAG_MCP_KEY`` (the agent that spawned it).
+the caller; over stdio the process serves the one key in ``$GRAPHRAG_MCP_KEY`` (the agent that spawned it). The HTTP
+API's bounds hold here too (``server.limits``): question length, answers at once in all and per key, and the time
+limit, with the work off the event loop; every refusal is a ``ToolError`` whose message the client sees.
 """
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 from graphrag_pipeline.query import OpenIndex
 from graphrag_pipeline.query.explore import entity_neighbourhood, graph_stats
 from graphrag_pipeline.query.models import MAX_HOPS, Mode
 from graphrag_pipeline.server.auth import Caller, KeyRing
+from graphrag_pipeline.server.limits import AnswerSlots, Busy, TimedOut, check_question
 
 MAX_TOP_K = 50
+T = TypeVar("T")
 STDIO_KEY_ENV = "GRAPHRAG_MCP_KEY"
 
 
@@ -55,42 +60,69 @@ def create_mcp(index: OpenIndex, caller: Callable[[], Caller], *, keys: KeyRing 
         "Search runbooks, wiki pages and service catalogs, and explore the knowledge graph built from them. "
         "Results are limited to what your key may read."), **auth)
 
+    config = index.settings.server
+    slots = AnswerSlots(config, "graphrag-mcp")
+
+    async def answer(who: Caller, work: Callable[[], T]) -> T:
+        """``work`` under the HTTP API's bounds; every refusal reaches the client as a ``ToolError`` it can read."""
+        try:
+            return await slots.run(who.name, work)
+        except (Busy, TimedOut, ValueError) as error:
+            raise ToolError(str(error)) from None
+
+    def checked(text: str, what: str) -> None:
+        try:
+            check_question(text, config, what)
+        except ValueError as error:
+            raise ToolError(str(error)) from None
+
+    def bounded(name: str, value: int | None, low: int, high: int) -> None:
+        if value is not None and not low <= value <= high:
+            raise ToolError(f"{name} must be between {low} and {high}")
+
     @server.tool()
-    def search_knowledge(question: str, mode: Mode = "hybrid", top_k: int = 10, max_hops: int = 2,
-                         ) -> dict[str, Any]:
+    async def search_knowledge(question: str, mode: Mode = "hybrid", top_k: int = 10, max_hops: int = 2,
+                               ) -> dict[str, Any]:
         """Ranked documents for a question, with text, source, entity path, per-signal scores and citations, the
         entities the question names and the facts (typed relationships) behind the results. Modes: hybrid
         (default), vector, keyword, graph, global (community summaries for broad questions)."""
-        if not 1 <= top_k <= MAX_TOP_K:
-            raise ValueError(f"top_k must be between 1 and {MAX_TOP_K}")
-        if not 0 <= max_hops <= MAX_HOPS:
-            raise ValueError(f"max_hops must be between 0 and {MAX_HOPS}")
-        return index.query(question, mode=mode, top_k=top_k, max_hops=max_hops, groups=caller().groups).to_dict()
+        who = caller()
+        checked(question, "question")
+        bounded("top_k", top_k, 1, MAX_TOP_K)
+        bounded("max_hops", max_hops, 0, MAX_HOPS)
+        return await answer(who, lambda: index.query(question, mode=mode, top_k=top_k, max_hops=max_hops,
+                                                     groups=who.groups).to_dict())
 
     @server.tool()
-    def incident_context(subject: str, max_hops: int | None = None) -> dict[str, Any]:
+    async def incident_context(subject: str, max_hops: int | None = None) -> dict[str, Any]:
         """The incident context of a service, named or asked about ("alert on payments-api: which services depend
         on it, who owns them, which runbooks apply?"): its dependencies and dependents within max_hops (the blast
         radius, with hops and paths), each one's owners with contacts, runbooks, documents and incidents, and every
         fact with the documents that state it. `markdown` renders it for a prompt."""
-        if max_hops is not None and not 0 <= max_hops <= MAX_HOPS:
-            raise ValueError(f"max_hops must be between 0 and {MAX_HOPS}")
-        if len(subject) > index.settings.server.max_question_chars:
-            raise ValueError(f"subject is {len(subject)} characters; at most {index.settings.server.max_question_chars}")
-        found = index.context(subject, max_hops=max_hops, groups=caller().groups)
-        return {**found.to_dict(), "markdown": found.to_markdown()}
+        who = caller()
+        checked(subject, "subject")
+        bounded("max_hops", max_hops, 0, MAX_HOPS)
+
+        def context() -> dict[str, Any]:
+            found = index.context(subject, max_hops=max_hops, groups=who.groups)
+            return {**found.to_dict(), "markdown": found.to_markdown()}
+
+        return await answer(who, context)
 
     @server.tool()
-    def explore_entity(entity_id: str, limit: int = 50) -> dict[str, Any]:
+    async def explore_entity(entity_id: str, limit: int = 50) -> dict[str, Any]:
         """One entity (ids come with search results) with its relationships and the entities at their other ends."""
-        found = entity_neighbourhood(index, entity_id, groups=caller().groups, limit=limit)
+        who = caller()
+        bounded("limit", limit, 1, 1000)
+        found = await answer(who, lambda: entity_neighbourhood(index, entity_id, groups=who.groups, limit=limit))
         if found is None:
-            raise ValueError(f"no entity {entity_id!r}")
+            raise ToolError(f"no entity {entity_id!r}")
         return found
 
     @server.tool()
-    def graph_overview() -> dict[str, Any]:
+    async def graph_overview() -> dict[str, Any]:
         """How many entities and relationships the graph holds, by type (what your key may see)."""
-        return {"version": index.version, **graph_stats(index, groups=caller().groups)}
+        who = caller()
+        return await answer(who, lambda: {"version": index.version, **graph_stats(index, groups=who.groups)})
 
     return server
