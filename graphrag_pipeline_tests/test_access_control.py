@@ -327,3 +327,31 @@ def test_a_deleted_restricted_document_is_hidden_from_everyone_from_the_moment_i
         assert not any(WITHDRAWN_GROUP in groups for groups in workspace.state.restricted_documents().values())
         assert not any(e.name == "vault-gateway"
                        for e in workspace.graph_store.get_entities(workspace.graph_store.all_entity_ids()).values())
+
+
+def test_a_callers_ranking_is_the_ranking_of_an_index_without_the_documents_it_may_not_read(tmp_path):
+    """LAUNCH alone says checkout-service depends on ledger-db, and only the vault page names vault-gateway: for a
+    caller without the group, no signal may come from them, in any mode. The control index is built without the
+    restricted files; the order of the results and which of them have a graph or relation signal must agree."""
+    from graphrag_pipeline.lib.config import load_settings
+
+    from .conftest import build
+
+    _, config = write_access_config(tmp_path / "all")
+    control_corpus, control_config = write_access_config(tmp_path / "public")
+    (control_corpus / "vault-incident.md").unlink()
+    (control_corpus / "launch.md").unlink()
+    build(load_settings(config))
+    build(load_settings(control_config))
+    questions = (QUESTION, LAUNCH_QUESTION, "What does checkout-service call?", "What does vault-gateway depend on?",
+                 "What does ledger-db serve?")
+
+    def shape(response):
+        return [(r.doc_id.split(":", 1)[1], r.graph_score > 0, r.relation_score > 0) for r in response.results]
+
+    with open_index(config_path=config) as index, open_index(config_path=control_config) as control:
+        for question in questions:
+            for mode in ("hybrid", "graph", "vector", "keyword"):
+                public = index.query(question, mode=mode, results="chunks", top_k=10)
+                expected = control.query(question, mode=mode, results="chunks", top_k=10)
+                assert shape(public) == shape(expected), (question, mode)

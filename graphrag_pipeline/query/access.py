@@ -37,6 +37,10 @@ class ReaderAccess:
         allowed = self._restricted.get(doc_id)
         return allowed is None or (WITHDRAWN_GROUP not in allowed and not allowed.isdisjoint(self._groups))
 
+    def unreadable(self) -> frozenset[str]:
+        """The documents this caller may not read (restricted to other groups, or withdrawn)."""
+        return frozenset(doc_id for doc_id in self._restricted if not self.can_read(doc_id))
+
     def reads_everything(self) -> bool:
         """Whether this caller may read every document of the index."""
         return all(WITHDRAWN_GROUP not in allowed and not allowed.isdisjoint(self._groups)

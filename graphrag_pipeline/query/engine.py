@@ -1,9 +1,11 @@
 """Answers questions over an open index, the same way for every retrieval mode.
 
-The mode's retriever (`query.retrievers`) ranks candidates; then, whatever the mode: the best `top_k` candidates the
-caller may read (access control is the last step, so it never changes how the rest rank: a chunk or a summary is
-readable when every document it was written from is), the entities the question linked and the facts among the
-entities behind the results (those some readable document supports), and the response.
+The mode's retriever (`query.retrievers`) ranks candidates from what the caller may read: the chunks of documents it
+may not read, and the entities and relationships only those documents support, take no part in any signal
+(``Hidden``), so its ranking and scores are those of an index built without them. Then, whatever the mode: the best
+`top_k` candidates the caller may read (a chunk or a summary is readable when every document it was written from
+is), the entities the question linked and the facts among the entities behind the results (those some readable
+document supports), and the response.
 """
 
 from __future__ import annotations
@@ -31,7 +33,16 @@ from graphrag_pipeline.query.models import (
     QueryResponse,
     QueryResult,
 )
-from graphrag_pipeline.query.retrievers import RETRIEVERS, IndexReader, Passage, Retrieval, Retriever, elapsed_ms
+from graphrag_pipeline.query.retrievers import (
+    NOTHING_HIDDEN,
+    RETRIEVERS,
+    Hidden,
+    IndexReader,
+    Passage,
+    Retrieval,
+    Retriever,
+    elapsed_ms,
+)
 
 RELATIONSHIPS_IN_RESPONSE = 60  # enough for a service's dependencies and their owners; an agent reads them all
 FACT_DOCUMENTS = 10  # documents cited per fact: enough to check it, few enough to read
@@ -97,7 +108,8 @@ class QueryEngine:
         parameters = self._parameters(mode, top_k, max_hops, fusion, results)
         access = reader_access(self.state, groups)
         retriever = self._retrievers[parameters.mode]
-        retrieval = self._retrieve(retriever, question, parameters)
+        # Ranked from what the caller may read only: no score moves because of a document it may not read.
+        retrieval = self._retrieve(retriever, question, parameters, self._index.hidden(access.unreadable()))
         return self._respond(retriever, retrieval, parameters, access)
 
     def context(self, subject: str, *, groups: Iterable[str] = (), max_hops: int | None = None) -> IncidentContext:
@@ -140,13 +152,14 @@ class QueryEngine:
             results=config.results if results is None else results,
         )
 
-    def _retrieve(self, retriever: Retriever, question: str, parameters: QueryParameters) -> Retrieval:
+    def _retrieve(self, retriever: Retriever, question: str, parameters: QueryParameters,
+                  hidden: Hidden = NOTHING_HIDDEN) -> Retrieval:
         if not isinstance(question, str) or not question.strip():
             raise ValueError("question is empty")
         started = time.perf_counter()
         query_vector = self.embedder.embed([question])[0]
         embed_ms = elapsed_ms(started)
-        retrieval = retriever.retrieve(question, query_vector, parameters)
+        retrieval = retriever.retrieve(question, query_vector, parameters, hidden)
         retrieval.timings = {"embed": embed_ms, **retrieval.timings}  # the steps in the order they ran
         return retrieval
 

@@ -37,14 +37,14 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Protocol
 
 import numpy as np
 
 from graphrag_pipeline.lib.config import Ontology, RetrievalConfig
-from graphrag_pipeline.lib.fusion import cap_at_origin, rank, reciprocal_rank_fusion, weighted_fusion
+from graphrag_pipeline.lib.fusion import cap_at_origin, normalize_by_max, rank, reciprocal_rank_fusion, weighted_fusion
 from graphrag_pipeline.lib.models import Chunk, Document, EntityNames, Relationship
 from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES, GraphStore, TraversalHit, VectorStore
@@ -57,6 +57,7 @@ from graphrag_pipeline.query.models import Citation, Mode, QueryParameters
 from graphrag_pipeline.query.traversal import spread_activation
 
 SCORING_POOL = 100  # vector hits fetched to score graph-reached chunks by similarity too
+HIDDEN_SCAN = 1_000_000  # relationships read among the entities restricted documents mention, to find the hidden ones
 ENTITY_LINK_MIN_SCORE = 0.6  # cosine below this is not the same entity by another name
 ENTRY_CHUNKS_FOR_SEEDS = 5  # the entry chunks whose entities seed the traversal
 # Question entities seed at this share of their link confidence, below the best entry passage's entities (1.0): the
@@ -80,6 +81,19 @@ CHAIN_STEP_FACTOR = 0.5  # the relation signal of the documents about what each 
 # Community summaries fetched per result asked for: room for summaries the caller may not read.
 SUMMARIES_PER_RESULT = 4
 CITATIONS_PER_SUMMARY = 5
+
+
+@dataclass(frozen=True)
+class Hidden:
+    """What one caller's ranking may not use: the chunks of the documents it may not read, and the entities and
+    relationships only those documents support (ids of both kinds in ``elements``). Retrieval leaves them out, so
+    nothing a restricted document alone says moves a result or shows in a score."""
+
+    chunks: frozenset[str] = frozenset()
+    elements: frozenset[str] = frozenset()
+
+
+NOTHING_HIDDEN = Hidden()
 
 
 class IndexReader:
@@ -112,6 +126,21 @@ class IndexReader:
     def aboutness(self) -> Aboutness:
         with self._lookup_lock:
             return self._aboutness
+
+    def hidden(self, unreadable: frozenset[str]) -> Hidden:
+        """What a caller who may not read ``unreadable`` must not rank by (cached per set of documents)."""
+        return self._hidden(unreadable) if unreadable else NOTHING_HIDDEN
+
+    @functools.lru_cache(maxsize=32)  # noqa: B019 (one reader per open index version; a few distinct callers)
+    def _hidden(self, unreadable: frozenset[str]) -> Hidden:
+        directory = self.directory()
+        chunks = frozenset(c for doc_id in unreadable for c in directory.chunks_of.get(doc_id, ()))
+        # What those documents support is mentioned in their chunks; relationships they state join two of those.
+        mentioned = {eid for eids in self.graph.entities_of_chunks(chunks).values() for eid in eids}
+        entities = {eid for eid, e in self.graph.get_entities(mentioned).items() if set(e.doc_ids) <= unreadable}
+        relationships = {r.relationship_id for r in self.graph.relationships_between(mentioned, limit=HIDDEN_SCAN)
+                         if set(r.doc_ids) <= unreadable}
+        return Hidden(chunks, frozenset(entities | relationships))
 
     def mention_counts(self, entity_ids: Iterable[str]) -> dict[str, int]:
         """How many chunks mention each entity: from the read that built the name index, and from the graph for
@@ -275,8 +304,10 @@ class Passage:
 class Retriever(Protocol):
     """One retrieval mode."""
 
-    def retrieve(self, question: str, query_vector: np.ndarray, parameters: QueryParameters) -> Retrieval:
-        """Every candidate with the score the mode ranks by and the signals behind it."""
+    def retrieve(self, question: str, query_vector: np.ndarray, parameters: QueryParameters,
+                 hidden: Hidden = NOTHING_HIDDEN) -> Retrieval:
+        """Every candidate with the score the mode ranks by and the signals behind it, none of them from what
+        ``hidden`` holds."""
         ...
 
     def passages(self, candidate_ids: Sequence[str]) -> dict[str, Passage]:
@@ -290,18 +321,21 @@ class VectorRetriever:
     def __init__(self, index: IndexReader):
         self.index = index
 
-    def retrieve(self, question: str, query_vector: np.ndarray, parameters: QueryParameters) -> Retrieval:
-        return self._entry_chunks(question, query_vector, parameters)[0]
+    def retrieve(self, question: str, query_vector: np.ndarray, parameters: QueryParameters,
+                 hidden: Hidden = NOTHING_HIDDEN) -> Retrieval:
+        return self._entry_chunks(question, query_vector, parameters, hidden)[0]
 
     def _entry_chunks(
-        self, question: str, query_vector: np.ndarray, parameters: QueryParameters
+        self, question: str, query_vector: np.ndarray, parameters: QueryParameters, hidden: Hidden
     ) -> tuple[Retrieval, list[str]]:
         """The vector retrieval (the entry chunks by similarity; the wider pool's similarities kept for scoring the
         chunks the graph brings in), and the entry chunks in the vector store's order, which seeding follows."""
         config = self.index.config
         timings: dict[str, float] = {}
         started = time.perf_counter()
-        pool = self.index.vectors.search(CHUNKS, query_vector, max(SCORING_POOL, config.vector_top_k))
+        size = max(SCORING_POOL, config.vector_top_k)
+        pool = self.index.vectors.search(CHUNKS, query_vector, size + len(hidden.chunks))
+        pool = [hit for hit in pool if hit.point_id not in hidden.chunks][:size]
         vector_scores = {hit.point_id: max(0.0, hit.score) for hit in pool}
         entry = [hit.point_id for hit in pool[: config.vector_top_k]]
         timings["vector_search"] = elapsed_ms(started)
@@ -325,9 +359,10 @@ class VectorRetriever:
 class KeywordRetriever(VectorRetriever):
     """Chunks ranked by BM25 alone: the flat keyword search the other modes are measured against."""
 
-    def retrieve(self, question: str, query_vector: np.ndarray, parameters: QueryParameters) -> Retrieval:
+    def retrieve(self, question: str, query_vector: np.ndarray, parameters: QueryParameters,
+                 hidden: Hidden = NOTHING_HIDDEN) -> Retrieval:
         started = time.perf_counter()
-        scores = self.index.keyword_index().best_match_shares(question, SCORING_POOL)
+        scores = keyword_shares(self.index.keyword_index(), question, hidden)
         retrieval = Retrieval(question, parameters.mode, dict(scores), {}, {"keyword_search": elapsed_ms(started)})
         retrieval.keyword_scores = scores
         return retrieval
@@ -337,30 +372,38 @@ class GraphRetriever(VectorRetriever):
     """Chunks ranked by their graph score: the walk from the question's entities and the entry chunks' entities,
     and the documents about what the relationships the question asks for reach."""
 
-    def retrieve(self, question: str, query_vector: np.ndarray, parameters: QueryParameters) -> Retrieval:
-        result, entry = self._entry_chunks(question, query_vector, parameters)
+    def retrieve(self, question: str, query_vector: np.ndarray, parameters: QueryParameters,
+                 hidden: Hidden = NOTHING_HIDDEN) -> Retrieval:
+        result, entry = self._entry_chunks(question, query_vector, parameters, hidden)
         config, graph, timings = self.index.config, self.index.graph, result.timings
 
         started = time.perf_counter()
         if config.keyword_weight:
-            result.keyword_scores = self.index.keyword_index().best_match_shares(question, SCORING_POOL)
+            result.keyword_scores = keyword_shares(self.index.keyword_index(), question, hidden)
         if identifiers(question):  # none: nothing to match, and a process's first question need not build the index
-            result.identifier_scores = self.index.keyword_index().identifier_matches(question)
+            result.identifier_scores = {c: s for c, s in self.index.keyword_index().identifier_matches(question).items()
+                                        if c not in hidden.chunks}
         timings["keyword_search"] = elapsed_ms(started)
 
         started = time.perf_counter()
         links = self.index.name_index().link(question)
-        linked = self._link_question(links, query_vector)
+        if hidden.elements:  # a name only a hidden document gives links nothing
+            links = [replace(link, entity_ids=link.entity_ids - hidden.elements) for link in links
+                     if link.entity_ids - hidden.elements]
+        linked = {eid: how for eid, how in self._link_question(links, query_vector).items()
+                  if eid not in hidden.elements}
         seed_similarity = self._seed_similarity(result)
         entry_entities = graph.entities_of_chunks(rank(seed_similarity)[:ENTRY_CHUNKS_FOR_SEEDS])
         # One store read per (subjects, type) however many phrases ask about the same link.
-        result.intents = self.index.intents.read(question, links, functools.cache(self._has_relationships))
+        has_relationships = functools.cache(functools.partial(self._has_relationships, hidden=hidden.elements))
+        result.intents = self.index.intents.read(question, links, has_relationships)
         timings["link"] = elapsed_ms(started)
         result.linked = linked
 
         if result.intents:
             started = time.perf_counter()
-            self._follow_intents(result)
+            self._follow_intents(result, hidden.elements)
+            result.relation_scores = {c: s for c, s in result.relation_scores.items() if c not in hidden.chunks}
             timings["follow"] = elapsed_ms(started)
         if not linked and not any(entry_entities.values()) and not result.relation_scores:
             result.fell_back_to_vector = True
@@ -374,7 +417,7 @@ class GraphRetriever(VectorRetriever):
         result.seed_via = self._seed_via(origin, entry_entities, linked)
         hits = spread_activation(
             graph, seeds, max_hops=parameters.max_hops, decay=config.hop_decay, fanout=config.fanout,
-            min_score=MIN_ACTIVATION,
+            min_score=MIN_ACTIVATION, hidden=hidden.elements,
         )
         result.reached = {**{hit.entity_id: hit for hit in hits}, **result.reached}
         timings["traverse"] = elapsed_ms(started)
@@ -385,7 +428,7 @@ class GraphRetriever(VectorRetriever):
         link_bounds = {eid: confidence for eid, (_, confidence) in linked.items()
                        if seeds[eid] <= QUESTION_SEED_FACTOR * confidence}
         graph_scores, best_entity = self.chunk_graph_scores(result.reached, origin, link_bounds)
-        result.graph_scores = graph_scores
+        result.graph_scores = {c: s for c, s in graph_scores.items() if c not in hidden.chunks}
         result.best_entity = {**best_entity, **result.best_entity}
         result.reached_from = {
             chunk_id: origin[seed][0] for chunk_id, eid in best_entity.items()
@@ -435,10 +478,13 @@ class GraphRetriever(VectorRetriever):
         return {c: result.vector_scores.get(c, 0.0) + ENTRY_KEYWORD_SHARE * share.get(c, 0.0)
                 for c in result.vector_scores.keys() | share.keys()}
 
-    def _has_relationships(self, entity_ids: frozenset[str], relationship_type: str) -> bool:
-        return any(n.edges for n in self.index.graph.neighbourhoods(entity_ids, [relationship_type]).values())
+    def _has_relationships(self, entity_ids: frozenset[str], relationship_type: str,
+                           hidden: frozenset[str] = frozenset()) -> bool:
+        return any(rid not in hidden and other not in hidden
+                   for n in self.index.graph.neighbourhoods(entity_ids - hidden, [relationship_type]).values()
+                   for other, rid, _ in n.edges)
 
-    def _follow_intents(self, result: Retrieval) -> None:
+    def _follow_intents(self, result: Retrieval, hidden: frozenset[str] = frozenset()) -> None:
         """Follow each asked-for relationship one hop from its subjects in the asked-for direction; the documents
         about the entities reached get the relation signal, as strong as they are about them (``Aboutness``), a
         catalog page half as strong as the entity's own documents."""
@@ -454,11 +500,11 @@ class GraphRetriever(VectorRetriever):
             neighbourhoods = graph.neighbourhoods(subjects, [intent.relationship_type])
             relationship_ids = {rid for n in neighbourhoods.values() for _, rid, _ in n.edges}
             this_step: set[str] = set()
-            for relationship in sorted(graph.get_relationships(relationship_ids).values(),
+            for relationship in sorted(graph.get_relationships(relationship_ids - hidden).values(),
                                        key=lambda r: r.relationship_id):
                 ends = (relationship.source_id, relationship.target_id)
                 subject, other = ends if intent.direction == "outgoing" else ends[::-1]
-                if subject in subjects and other not in subjects:
+                if subject in subjects and other not in subjects and other not in hidden:
                     result.followed.append(relationship)
                     result.followed_step.setdefault(relationship.relationship_id, step)
                     if other not in reached:
@@ -567,6 +613,17 @@ class GraphRetriever(VectorRetriever):
         return scores, {c: eid for c, (_, eid) in best.items()}
 
 
+def keyword_shares(index: KeywordIndex, question: str, hidden: Hidden) -> dict[str, float]:
+    """BM25 as a share of the question's best match among the chunks not hidden (a restricted page's better match
+    would otherwise lower every public score, and show that it exists)."""
+    if not hidden.chunks:
+        return index.best_match_shares(question, SCORING_POOL)
+    scores = index.scores(question, SCORING_POOL + len(hidden.chunks))
+    visible = dict(sorted(((c, s) for c, s in scores.items() if c not in hidden.chunks),
+                          key=lambda item: (-item[1], item[0]))[:SCORING_POOL])
+    return normalize_by_max(visible)
+
+
 def specificity(mention_count: int) -> float:
     """1 / (1 + log10(chunks mentioning the entity)): 1 for one chunk, 1/2 at ten, 1/3 at a hundred."""
     return 1.0 / (1.0 + math.log10(max(1, mention_count)))
@@ -630,7 +687,9 @@ class GlobalRetriever:
     def __init__(self, index: IndexReader):
         self.index = index
 
-    def retrieve(self, question: str, query_vector: np.ndarray, parameters: QueryParameters) -> Retrieval:
+    def retrieve(self, question: str, query_vector: np.ndarray, parameters: QueryParameters,
+                 hidden: Hidden = NOTHING_HIDDEN) -> Retrieval:
+        # A summary is shown only when its caller may read every document it was written from (query.engine).
         started = time.perf_counter()
         hits = self.index.vectors.search(COMMUNITIES, query_vector, SUMMARIES_PER_RESULT * parameters.top_k)
         scores = {hit.point_id: float(hit.score) for hit in hits}

@@ -52,6 +52,7 @@ def spread_activation(
     fanout: int = 50,
     relationship_types: Sequence[str] | None = None,
     min_score: float = 0.0,
+    hidden: frozenset[str] = frozenset(),
 ) -> list[TraversalHit]:
     """Spread activation from ``seeds`` over relationships (in both directions) for at most ``max_hops`` hops.
 
@@ -76,6 +77,9 @@ def spread_activation(
       ``fanout``), so the result is exactly the unbounded one without the non-seed hits below ``min_score``.
     * Hits are sorted by score desc, then hops, then entity id — deterministic for the same graph.
 
+    ``hidden``: entity and relationship ids the walk may not use (what only documents the caller may not read
+    supply), as if they were not in the graph; the degrees that damp hubs still count them.
+
     Each hop is one ``graph.neighbourhoods`` call for the whole frontier, listing only each entity's heaviest
     ``2·fanout + max_hops + 1`` allowed relationships; an entity whose expansion runs out of listed relationships
     before reaching ``fanout`` neighbours (parallel relationships, neighbours already on the path) is fetched again
@@ -89,7 +93,8 @@ def spread_activation(
     # existence is all that is needed).
     neighbourhoods = graph.neighbourhoods(seeds, types, limit if max_hops else 0)
     best: dict[str, _Reach] = {
-        seed: (float(activation), 0, (seed,), ()) for seed, activation in seeds.items() if seed in neighbourhoods
+        seed: (float(activation), 0, (seed,), ()) for seed, activation in seeds.items()
+        if seed in neighbourhoods and seed not in hidden
     }
     frontier = _by_score(best, best)
     for hop in range(1, max_hops + 1):
@@ -108,7 +113,7 @@ def spread_activation(
             neighbourhood: Neighbourhood | None = neighbourhoods[entity_id]
             spread = score * decay * damping_factor
             while neighbourhood is not None:
-                taken = _expand(neighbourhood, spread, hop, path, via, fanout, min_score, best, improved)
+                taken = _expand(neighbourhood, spread, hop, path, via, fanout, min_score, best, improved, hidden)
                 if taken >= fanout or neighbourhood.complete:
                     break
                 # Ran out of listed relationships: list them all and redo this entity (re-scoring the same
@@ -130,6 +135,7 @@ def _expand(
     min_score: float,
     best: dict[str, _Reach],
     improved: set[str],
+    hidden: frozenset[str] = frozenset(),
 ) -> int:
     """Pass ``spread`` over the listed relationships to at most ``fanout`` distinct neighbours off ``path``,
     recording improvements in ``best`` and ``improved``; returns how many distinct neighbours were taken."""
@@ -138,7 +144,7 @@ def _expand(
     for neighbour, relationship_id, weight in neighbourhood.edges:
         if len(taken) >= fanout:
             break
-        if neighbour in taken or neighbour in path:
+        if neighbour in taken or neighbour in path or neighbour in hidden or relationship_id in hidden:
             continue
         taken.add(neighbour)
         candidate = spread * (weight / heaviest)
