@@ -70,25 +70,29 @@ RUNBOOKS = "https://runbooks.prometheus-operator.dev/runbooks/"
 TEAMS = {
     "team-storefront": {"email": "storefront@example.com", "slack": "#storefront-oncall", "pagerduty": "PSTORE1",
                         "services": ["frontend", "frontend-proxy", "image-provider", "ad", "recommendation",
-                                     "product-catalog", "online-boutique/frontend", "online-boutique/adservice",
-                                     "online-boutique/recommendationservice",
-                                     "online-boutique/productcatalogservice"]},
+                                     "product-catalog"]},
     "team-orders": {"email": "orders@example.com", "slack": "#orders-oncall", "pagerduty": "PORDER1",
-                    "services": ["checkout", "cart", "payment", "currency", "shipping", "quote", "email",
-                                 "online-boutique/checkoutservice", "online-boutique/cartservice",
-                                 "online-boutique/paymentservice", "online-boutique/currencyservice",
-                                 "online-boutique/shippingservice", "online-boutique/emailservice"]},
+                    "services": ["checkout", "cart", "payment", "currency", "shipping", "quote", "email"]},
     "team-platform": {"email": "platform@example.com", "slack": "#platform-oncall", "pagerduty": "PPLAT01",
                       "services": ["valkey-cart", "astronomy-db", "otel-collector", "flagd", "flagd-ui",
-                                   "load-generator", "telemetry-docs", "online-boutique/redis-cart",
-                                   "online-boutique/loadgenerator"]},
+                                   "load-generator", "telemetry-docs"]},
+    "team-boutique": {"email": "boutique@example.com", "slack": "#boutique-oncall", "pagerduty": "PBOUT01",
+                      "services": [f"online-boutique/{name}" for name in (
+                          "frontend", "adservice", "recommendationservice", "productcatalogservice", "checkoutservice",
+                          "cartservice", "paymentservice", "currencyservice", "shippingservice", "emailservice",
+                          "redis-cart", "loadgenerator")]},
 }
 DATASTORES = {"valkey-cart", "astronomy-db", "online-boutique/redis-cart"}
 
 
+# The customer-facing path (tier 1) and the datastores have runbooks linked; the rest, as in many catalogs, none.
+TIER_ONE = {"frontend", "checkout", "payment"}
+
+
 def runbook_links(service: str) -> list[dict]:
-    """Every service runs as a Kubernetes Deployment: the pod and rollout runbooks apply; a datastore's volume too."""
-    alerts = ["KubePodCrashLooping", "KubeDeploymentReplicasMismatch"]
+    """A tier-1 service runs as a Kubernetes Deployment: the pod and rollout runbooks apply; a datastore's volume
+    runbook applies to it."""
+    alerts = ["KubePodCrashLooping", "KubeDeploymentReplicasMismatch"] if service in TIER_ONE else []
     if service in DATASTORES:
         alerts.append("KubePersistentVolumeFillingUp")
     return [{"url": f"{RUNBOOKS}kubernetes/{alert.lower()}/", "title": f"Runbook: {alert}", "type": "runbook"}
@@ -105,7 +109,8 @@ def with_operations(components: list[dict]) -> list[dict]:
         spec.pop("owner", None)
         if name in owner:
             spec["owner"] = f"group:default/{owner[name]}"
-            metadata["links"] = runbook_links(name)
+            if links := runbook_links(name):
+                metadata["links"] = links
     groups = [{"apiVersion": "backstage.io/v1alpha1", "kind": "Group",
                "metadata": {"name": team, "annotations": {"slack.com/channel": spec["slack"],
                                                           "pagerduty.com/service-id": spec["pagerduty"]}},
