@@ -442,13 +442,19 @@ class StateStore:
             conn.executemany("DELETE FROM document_access WHERE doc_id = ?", [(d,) for d in doc_ids])
             conn.executemany("INSERT INTO document_access VALUES (?, ?)", [(d, WITHDRAWN_GROUP) for d in doc_ids])
 
-    def forget_withdrawn(self) -> int:
-        """Drop the withdrawn marks of deleted documents (once every stage has run after the deletes, nothing derived
-        from them is left); returns how many. A document that came back has its own access rows again already."""
+    def withdrawn_documents(self) -> set[str]:
+        """The deleted documents still marked withdrawn."""
+        return {doc_id for (doc_id,) in self.query(
+            "SELECT doc_id FROM document_access WHERE access_group = ?", (WITHDRAWN_GROUP,))}
+
+    def forget_withdrawn(self, doc_ids: Iterable[str]) -> int:
+        """Drop the withdrawn marks of these deleted documents, for which nothing derived is left in the index (the
+        caller checked); returns how many went. A document that came back has its own access rows already."""
         with self.transaction() as conn:
-            return conn.execute(
-                "DELETE FROM document_access WHERE access_group = ? AND doc_id NOT IN (SELECT doc_id FROM documents)",
-                (WITHDRAWN_GROUP,)).rowcount
+            return sum(conn.execute(
+                "DELETE FROM document_access WHERE access_group = ? AND doc_id = ? "
+                "AND doc_id NOT IN (SELECT doc_id FROM documents)", (WITHDRAWN_GROUP, doc_id)).rowcount
+                for doc_id in doc_ids)
 
     def documents(self, shards: Iterable[int] | None = None, doc_ids: Iterable[str] | None = None) -> list[Document]:
         sql = "SELECT doc_id, source, uri, title, text, content_hash, metadata FROM documents"

@@ -222,9 +222,11 @@ def test_a_deleted_document_is_withdrawn_from_everyone_until_its_marks_are_forgo
     state.delete_documents(["a", "b"])
     # What was derived from them may still be in the index: readable by nobody, public or not.
     assert state.restricted_documents() == {"a": frozenset({WITHDRAWN_GROUP}), "b": frozenset({WITHDRAWN_GROUP})}
+    assert state.withdrawn_documents() == {"a", "b"}
     state.upsert_documents([_document("b", "beta again")], {"b": 1})  # it came back, public now
-    assert state.forget_withdrawn() == 1
-    assert state.restricted_documents() == {}
+    assert state.withdrawn_documents() == {"a"}
+    assert state.forget_withdrawn(["a", "b"]) == 1
+    assert state.restricted_documents() == {} and state.withdrawn_documents() == set()
 
 
 def test_chunks_replace_and_changed_content_rechunks(state: StateStoreProtocol) -> None:

@@ -68,14 +68,9 @@ def all_shards(ws: Workspace) -> range:
 
 
 def build_everything(ws: Workspace, shards: Iterable[int] | None = None) -> list[StageReport]:
-    """Run every stage in lineage order (what a full materialization does), returning each stage's report. Over
-    every shard, the last stage leaves nothing derived from a document deleted before the run began: their withdrawn
-    marks go then (``StateStore.delete_documents``)."""
+    """Run every stage in lineage order (what a full materialization does), returning each stage's report."""
     shard_list = list(all_shards(ws) if shards is None else shards)
-    reports = [s.execute(ws, shard_list) for s in STAGES]
-    if shards is None:
-        ws.state.forget_withdrawn()
-    return reports
+    return [s.execute(ws, shard_list) for s in STAGES]
 
 
 __all__ = [

@@ -118,6 +118,7 @@ def summarize_communities(ws: Workspace) -> StageReport:
                 vectors_of=lambda ids: community_vectors(ws, [summaries[cid] for cid in ids], report))
     report.counts.update(communities=len(communities), summarized=len(todo), reused=len(communities) - len(todo),
                          removed=len(removed))
+    report.counts["withdrawn_forgotten"] = _forget_withdrawn(ws, summaries)
     # Run metadata is for operators, not for the groups: only summaries written from unrestricted documents alone.
     restricted = ws.state.restricted_documents()
     report.sample = [
@@ -125,6 +126,24 @@ def summarize_communities(ws: Workspace) -> StageReport:
         for cid in upserts if not restricted.keys() & written_from[cid]
     ][:5]
     return report
+
+
+def _forget_withdrawn(ws: Workspace, summaries: dict[str, dict]) -> int:
+    """Deleted documents stay withdrawn from everyone while anything in the index was derived from them; once no
+    entity of the graph (and so no relationship: its documents name both its ends) and no summary names one, its
+    mark goes."""
+    withdrawn = ws.state.withdrawn_documents()
+    if not withdrawn:
+        return 0
+    referenced = {d for s in summaries.values() for d in s.get("written_from", ())}
+    offset = 0
+    while page := ws.graph_store.list_entities(offset=offset, limit=GRAPH_PAGE, order_by="name"):
+        referenced.update(d for entity in page for d in entity.doc_ids)
+        offset += len(page)
+    return ws.state.forget_withdrawn(withdrawn - referenced)
+
+
+GRAPH_PAGE = 5000  # entities read at a time to find what the graph still holds of deleted documents
 
 
 def _community_report(
