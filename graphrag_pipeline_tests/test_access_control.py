@@ -355,3 +355,22 @@ def test_a_callers_ranking_is_the_ranking_of_an_index_without_the_documents_it_m
                 public = index.query(question, mode=mode, results="chunks", top_k=10)
                 expected = control.query(question, mode=mode, results="chunks", top_k=10)
                 assert shape(public) == shape(expected), (question, mode)
+
+
+def test_a_deleted_documents_text_is_not_left_in_the_sqlite_files(tmp_path):
+    """`strings state.sqlite` found a deleted restricted document's sentences in free pages; now they are
+    overwritten (SQLite's secure_delete), in the state and in the embedded graph."""
+    from graphrag_pipeline.lib.config import load_settings
+
+    from .conftest import build
+
+    corpus, config = write_access_config(tmp_path)
+    settings = load_settings(config)
+    build(settings)
+    index = Path(settings.index_dir)
+    assert SECRET.encode() in b"".join(path.read_bytes() for path in index.glob("state.sqlite*"))
+    (corpus / "launch.md").unlink()
+    build(settings)
+    for name in ("state.sqlite", "graph.sqlite"):
+        stored = b"".join(path.read_bytes() for path in index.glob(f"{name}*"))
+        assert SECRET.encode() not in stored and b"launch code" not in stored, name

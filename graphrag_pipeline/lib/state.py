@@ -258,6 +258,8 @@ class StateStore:
                     conn = sqlite3.connect(self.path, timeout=60)
                     conn.execute("PRAGMA journal_mode=WAL")
                     conn.execute("PRAGMA synchronous=NORMAL")
+                    # A deleted document's text is overwritten, not left in free pages for `strings` to find.
+                    conn.execute("PRAGMA secure_delete=ON")
             conn.isolation_level = None  # explicit transactions below
             self._local.conn = conn
         return conn

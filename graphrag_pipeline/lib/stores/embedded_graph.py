@@ -321,6 +321,7 @@ class EmbeddedGraphStore:
         # WAL: readers in other processes never block the writer; NORMAL sync is durable across crashes in WAL mode.
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute("PRAGMA synchronous = NORMAL")
+        self._conn.execute("PRAGMA secure_delete = ON")  # what a deleted document supplied is overwritten too
         if version != SCHEMA_VERSION:
             self._conn.create_function("description_id", 1, _description_id, deterministic=True)
             self._conn.execute("BEGIN IMMEDIATE")
