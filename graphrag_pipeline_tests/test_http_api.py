@@ -99,7 +99,10 @@ def test_context_answers_what_the_query_module_answers_and_hides_what_the_key_ma
     oncall = client(url, ONCALL_KEY).post("/v1/context", json={"subject": "checkout-service"}).text
     assert leaked(public) == set() and "ledger-db" in oncall  # only a restricted page says it calls ledger-db
     assert client(url, PUBLIC_KEY).post("/v1/context", json={"subject": " "}).status_code == 400
-    assert client(url, PUBLIC_KEY).post("/v1/context", json={"subject": "x", "max_hops": 9}).status_code == 422
+    for body in ({"subject": "x", "max_hops": 9}, {"subject": "x", "max_hops": True}, {"subject": "x", "max_hops": "1"}):
+        assert client(url, PUBLIC_KEY).post("/v1/context", json=body).status_code == 422, body
+    for body in ({"question": "x", "top_k": True}, {"question": "x", "top_k": "5"}):
+        assert client(url, PUBLIC_KEY).post("/v1/search", json=body).status_code == 422, body
 
 
 def test_a_key_without_the_group_sees_nothing_only_a_restricted_document_supplies(served):

@@ -49,7 +49,8 @@ class ApiError(Exception):
 
 
 class SearchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Strict: `true` or "5" is no top_k (JSON has numbers for that).
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     question: str = Field(min_length=1, description="the question, in the words of the corpus where possible")
     mode: Mode = "hybrid"
@@ -60,7 +61,7 @@ class SearchRequest(BaseModel):
 
 
 class ContextRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     subject: str = Field(min_length=1, description="a service's name, or a question about one")
     max_hops: int | None = Field(None, ge=0, le=MAX_HOPS, description="how far dependencies and dependents are "
