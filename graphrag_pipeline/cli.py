@@ -211,6 +211,7 @@ def _mcp(args: argparse.Namespace) -> int:
     import uvicorn
 
     from graphrag_pipeline.query import open_index
+    from graphrag_pipeline.server.limits import BodyLimit
     from graphrag_pipeline.server.mcp import STDIO_KEY_ENV, create_mcp, token_caller
 
     settings, server_config, keys = _server_settings(args)
@@ -227,7 +228,9 @@ def _mcp(args: argparse.Namespace) -> int:
         index.embedder.embed(["warm-up"])
         app = create_mcp(index, token_caller, keys=keys, public_url=url).streamable_http_app(host=server_config.host)
         print(f"MCP server (streamable HTTP) at {url}", file=sys.stderr, flush=True)
-        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listener])
+        uvicorn.Server(uvicorn.Config(BodyLimit(app, server_config.max_request_bytes), log_level="warning",
+                                      http="h11", h11_max_incomplete_event_size=server_config.max_header_bytes,
+                                      )).run(sockets=[listener])
     return 0
 
 
@@ -238,13 +241,15 @@ def _serve(args: argparse.Namespace) -> int:
 
     from graphrag_pipeline.query import open_index
     from graphrag_pipeline.server.app import create_app
+    from graphrag_pipeline.server.limits import BodyLimit
 
     settings, server, keys = _server_settings(args)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with open_index(settings=settings) as index:
         index.embedder.embed(["warm-up"])  # the model loads before the first caller waits for it
         app = create_app(index, settings.with_overrides(server=server.model_dump()), keys)
-        uvicorn.run(app, host=server.host, port=server.port, log_level="info", access_log=False)
+        uvicorn.run(BodyLimit(app, server.max_request_bytes), host=server.host, port=server.port, log_level="info",
+                    access_log=False, http="h11", h11_max_incomplete_event_size=server.max_header_bytes)
     return 0
 
 

@@ -286,3 +286,24 @@ def test_api_keys_in_the_environment_are_validated_without_echoing_them():
     ring = KeyRing.from_config(settings.server, environ={"GRAPHRAG_API_KEYS": json.dumps(
         [{"name": "a", "sha256": key_digest("k"), "groups": ["sre"]}])})
     assert ring.caller("k").groups == ("sre",) and ring.caller("K") is None and ring.caller("") is None
+
+
+def test_a_huge_body_or_header_is_refused_before_authentication(served):
+    """A 300 MB body without a key was read whole (860 MB of memory) before the 401; now the declared size is
+    refused at once, a streamed one at the limit, and an oversized header by the HTTP parser."""
+    _, url, _, _ = served
+    declared = httpx.post(f"{url}/v1/search", content=b"x" * 2_000_000, headers={"content-type": "application/json"})
+    assert declared.status_code == 413 and "over 65536 bytes" in declared.json()["error"]
+
+    def stream():
+        for _ in range(100):
+            yield b"x" * 100_000
+
+    streamed = httpx.post(f"{url}/v1/search", content=stream(), headers={"content-type": "application/json"})
+    assert streamed.status_code == 413
+    try:
+        status = httpx.get(f"{url}/healthz", headers={"x-padding": "y" * 200_000}).status_code
+    except httpx.HTTPError:
+        status = None  # the parser may close the connection without an answer
+    assert status is None or status >= 400
+    assert httpx.get(f"{url}/healthz").status_code == 200  # and the server goes on

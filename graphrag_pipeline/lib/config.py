@@ -517,6 +517,10 @@ class ServerConfig(StrictModel):
     max_concurrent_requests_per_key: int = Field(4, ge=1)  # one key's long questions leave room for the others
     request_timeout_seconds: float = Field(30.0, gt=0)  # a request still working then answers 504
     max_question_chars: int = Field(2000, ge=1)
+    # Bounds on what any client, with or without a key, can make the server read: a request's body (413 beyond,
+    # before authentication) and its header section (refused by the HTTP parser).
+    max_request_bytes: int = Field(65536, ge=1024)
+    max_header_bytes: int = Field(16384, ge=1024)
     log_questions: bool = False  # access logs leave question text out unless this is set
 
 
