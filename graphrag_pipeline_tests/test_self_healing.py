@@ -98,6 +98,22 @@ def test_a_half_truncated_state_file_is_named_with_its_fix_and_repair_then_build
     assert_same_index(index_snapshot(damaged), original["snapshot"])
 
 
+def test_an_emptied_state_file_is_damage_named_in_one_line_and_repair_sets_it_aside(original, damaged):
+    """A 0-byte state.sqlite is a valid empty database to SQLite: the query printed a traceback ("no such table")."""
+    state = Path(damaged.index_dir) / "state.sqlite"
+    for companion in state.parent.glob("state.sqlite-*"):
+        companion.unlink()
+    state.write_bytes(b"")
+    failed = cli(damaged, "query", "which runbook applies?", "--json")
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr, failed.stderr[-3000:]
+    assert failed.stderr.count("\n") == 1 and "holds no index tables" in failed.stderr
+    assert "graphrag-pipeline repair" in failed.stderr
+    repaired = cli(damaged, "repair")
+    assert f"{state}: damaged (it holds no tables)" in repaired.stdout
+    build(damaged, original["embedder"])
+    assert_same_index(index_snapshot(damaged), original["snapshot"])
+
+
 def test_a_damaged_graph_file_is_named_with_its_fix(original, damaged):
     graph = Path(damaged.index_dir) / "graph.sqlite"
     with open(graph, "r+b") as handle:  # the header survives, every page after it is overwritten

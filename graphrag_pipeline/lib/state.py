@@ -32,7 +32,7 @@ from graphrag_pipeline.lib.models import (
     Quarantined,
     RelationMention,
 )
-from graphrag_pipeline.lib.stores.sqlite_files import naming_damage
+from graphrag_pipeline.lib.stores.sqlite_files import DamagedStoreError, naming_damage
 
 # The recorded hash of a store entry whose write has begun but is not known to have finished, or that the store was
 # found to have lost: never equal to a content hash, so the next run writes the entry again. Recorded *before* a
@@ -307,8 +307,15 @@ class StateStore:
                 conn.execute("INSERT INTO schema_version VALUES (?, ?)", (version, time.time()))
 
     def exists(self) -> bool:
-        """Whether a build has created this index's state (a read-only store of a missing file creates none)."""
-        return self.path.is_file()
+        """Whether a build has created this index's state (a read-only store of a missing file creates none); a file
+        that holds no index tables (emptied, overwritten) is damage, not a missing index: ``DamagedStoreError``."""
+        if not self.path.is_file():
+            return False
+        with naming_damage(self.path):
+            tables = self.query("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'")
+        if not tables:
+            raise DamagedStoreError(self.path, sqlite3.DatabaseError("it holds no index tables"))
+        return True
 
     @contextlib.contextmanager
     def exclusive(self, name: str) -> Iterator[None]:

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from graphrag_pipeline.lib.config import PipelineSettings
+from graphrag_pipeline.lib.stores.sqlite_files import DamagedStoreError
 from graphrag_pipeline.query import IndexNotFoundError, OpenIndex
 from graphrag_pipeline.query.explore import (
     ENTITY_ORDERS,
@@ -142,6 +143,11 @@ def create_app(index: OpenIndex, settings: PipelineSettings, keys: KeyRing) -> F
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_request: Request, error: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"error": str(error.detail)}, status_code=error.status_code, headers=error.headers)
+
+    @app.exception_handler(DamagedStoreError)
+    async def damaged(_request: Request, error: DamagedStoreError) -> JSONResponse:
+        ERROR_LOG.error(str(error))  # the file and the remedy, for the operator; not for the caller
+        return JSONResponse({"error": "the index is damaged: its operator must repair it"}, status_code=503)
 
     @app.exception_handler(ValueError)
     async def refused_value(_request: Request, error: ValueError) -> JSONResponse:

@@ -42,12 +42,14 @@ def naming_damage(path: Path) -> Iterator[None]:
 
 
 def integrity_problem(path: Path) -> str | None:
-    """What SQLite's integrity check finds wrong with the file (None: nothing). Reads every page: run it on demand
-    (`repair`), not on every open."""
+    """What SQLite's integrity check finds wrong with the file (None: nothing), or that it holds no tables at all (an
+    emptied or truncated file is a valid empty database to SQLite). Reads every page: run it on demand (`repair`),
+    not on every open."""
     try:
         connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=60)
         try:
             rows = connection.execute("PRAGMA integrity_check(5)").fetchall()
+            tables = connection.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]
         finally:
             connection.close()
     except sqlite3.DatabaseError as error:
@@ -55,6 +57,8 @@ def integrity_problem(path: Path) -> str | None:
             return str(error)
         raise
     found = [row[0] for row in rows]
+    if found == ["ok"] and not tables:
+        return "it holds no tables"
     return None if found == ["ok"] else "; ".join(found)
 
 
