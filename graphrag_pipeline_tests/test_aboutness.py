@@ -104,3 +104,14 @@ def test_a_catalogs_shared_name_words_are_set_aside_to_read_how_its_docs_name_a_
 
 def test_a_catalog_without_shared_words_gets_no_short_names():
     assert catalog_short_names(["checkout", "cart", "ledger-db", "accounts-db", "frontend"]) == ({}, frozenset())
+
+
+def test_a_title_that_holds_a_catalog_name_among_other_words_is_about_it_less_surely():
+    catalog = {"ledger-db": {"e-api"}, "payments-api": {"e-pay"}, "payments-api-gateway": {"e-gw"}, "alert": {"e-al"}}
+    documents = [("runbooks/LedgerDBDown.md", "LedgerDBDown"), ("runbooks/gw.md", "Payments API Gateway Down"),
+                 ("runbooks/noise.md", "Alert fatigue"), ("runbooks/ledger-db.md", "ledger-db")]
+    about = Aboutness(documents, {"ledger-db": {"e-api"}}, HEAD_WORDS, catalogs=[catalog])
+    assert about.documents_about("e-api") == {"runbooks/LedgerDBDown.md": 0.5, "runbooks/ledger-db.md": 1.0}
+    assert about.documents_about("e-gw") == {"runbooks/gw.md": 0.5}
+    assert about.documents_about("e-pay") == {}  # inside the longer name the title holds
+    assert about.documents_about("e-al") == {}  # one word is in too many titles

@@ -37,6 +37,11 @@ TITLE_STRENGTH = 1.0
 # A link target names a document when its path ends with the document's, of at least this many segments ("vault.md"
 # alone is too common a file name to decide which page a URL means, unless no other document has it).
 MIN_LINK_SEGMENTS = 2
+# A title that holds a catalog name among other words ("LedgerDBDown": the ledger-db runbook) is about it, less surely
+# than one that is the name; only names of two words or more count (one word, "alert", is in too many titles).
+CONTAINED_STRENGTH = 0.5
+CONTAINED_MIN_WORDS = 2
+CONTAINED_MAX_WORDS = 5
 # A word is a catalog's shared word when at least half of its names, and three or more, have it.
 SHARED_NAME_SHARE = 0.5
 MIN_SHARED_NAMES = 3
@@ -101,6 +106,24 @@ def _words(key: str) -> list[str]:
     return re.findall(r"[0-9a-z]+", key)
 
 
+def contained_names(title: str, ids_by_compact: Mapping[str, Iterable[str]]) -> set[str]:
+    """The catalog entities whose name of two words or more a title holds among other words ("LedgerDBDown" holds
+    ``ledger-db``), spelled without separators on both sides; a name that lies inside a longer one the title holds
+    does not count ("Payments API Gateway Down" is about ``payments-api-gateway``, not also ``payments-api``)."""
+    if not ids_by_compact:
+        return set()
+    words = _words(normalize_name(title))
+    spans = [(start, end) for start in range(len(words))
+             for end in range(start + CONTAINED_MIN_WORDS, min(len(words), start + CONTAINED_MAX_WORDS) + 1)
+             if _compact("".join(words[start:end])) in ids_by_compact]
+    longest = [(s, e) for s, e in spans if not any(s2 <= s and e <= e2 and (s2, e2) != (s, e) for s2, e2 in spans)]
+    found: set[str] = set()
+    for start, end in longest:
+        if (start, end) != (0, len(words)):  # the whole title is the equality above, at full strength
+            found.update(ids_by_compact["".join(words[start:end])])
+    return found
+
+
 def catalog_short_names(names: Iterable[str]) -> tuple[dict[str, str], frozenset[str]]:
     """The words most of one catalog's names share (every Argo CD workload is ``argocd-…``, half are ``…-server``),
     and each name without them at its edges, spelled without separators (``argocd-repo-server`` → ``repo``): how
@@ -138,11 +161,15 @@ class Aboutness:
         # Short names of catalog entities, and the words set aside to read a title or a path segment as one.
         shared: set[str] = set()
         ids_by_short: dict[str, set[str]] = {}
+        ids_by_compact: dict[str, set[str]] = {}  # a catalog name of two words or more, spelled without separators
         for catalog in catalogs:
             short, common = catalog_short_names(catalog)
             shared |= common
             for name, key in short.items():
                 ids_by_short.setdefault(key, set()).update(catalog[name])
+            for name, ids in catalog.items():
+                if len(_words(normalize_name(name))) >= CONTAINED_MIN_WORDS:
+                    ids_by_compact.setdefault(_compact(normalize_name(name)), set()).update(ids)
         shared_words = frozenset(shared)
 
         def short_ids(key: str) -> Iterable[str]:
@@ -154,6 +181,8 @@ class Aboutness:
             for key in title_subjects(title, head):
                 for entity_id in [*ids_by_name.get(key, ()), *short_ids(key)]:
                     self._add(entity_id, doc_id, TITLE_STRENGTH)
+            for entity_id in contained_names(title, ids_by_compact):
+                self._add(entity_id, doc_id, CONTAINED_STRENGTH)
             for key in segments_of[doc_id]:
                 strength = 1.0 / (1.0 + math.log10(spread[key]))
                 for entity_id in [*ids_by_name.get(key, ()), *short_ids(key)]:
