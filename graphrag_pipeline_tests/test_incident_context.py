@@ -208,3 +208,34 @@ def test_the_cli_prints_what_the_function_returns(engine, settings, tmp_path):
     completed = run_cli("context", "billing", "--group", "sre", "--json", cwd=tmp_path, config=config)
     assert completed.returncode == 0, completed.stderr
     assert json.loads(completed.stdout) == json.loads(json.dumps(engine.context("billing", groups=("sre",)).to_dict()))
+
+
+def test_the_incidents_that_affected_a_service_are_in_its_context_with_their_postmortems(tmp_path):
+    """A postmortem's extraction states "INC-7 affected billing" (an LLM or a shipped extraction types it AFFECTED);
+    the incident joins billing's context, citing the postmortem, and a dependent's context keeps it on billing."""
+    from graphrag_pipeline.evaluation import eval_settings
+
+    from .conftest import build
+
+    set_dir = tmp_path / "set"
+    (set_dir / "catalog").mkdir(parents=True)
+    (set_dir / "catalog" / "catalog-info.yaml").write_text(CATALOG, encoding="utf-8")
+    postmortem = {"id": "pm-7", "title": "Postmortem INC-7",
+                  "text": "INC-7: the invoice queue stalled for two hours. INC-7 affected billing and delayed orders."}
+    (set_dir / "corpus.jsonl").write_text(json.dumps(postmortem) + "\n", encoding="utf-8")
+    (set_dir / "questions.jsonl").write_text(json.dumps(
+        {"id": "q", "question": "billing?", "answer": None, "gold_ids": ["pm-7"]}) + "\n", encoding="utf-8")
+    (set_dir / "extraction.jsonl").write_text(json.dumps(
+        {"id": "pm-7", "entities": ["INC-7", "billing"], "triples": [["INC-7", "affected", "billing"]]}) + "\n",
+        encoding="utf-8")
+    settings = eval_settings(set_dir, tmp_path / "index", use_extraction=True, base=load_settings())
+    build(settings)
+    from graphrag_pipeline.query import open_index
+
+    with open_index(settings=settings) as index:
+        context = index.context("billing")
+        [billing] = context.subjects
+        assert [(i.name, i.doc_ids) for i in billing.incidents] == [("INC-7", ["set:pm-7"])]
+        assert ("INC-7", "AFFECTED", "billing") in {(f.source, f.type, f.target) for f in context.facts}
+        assert "incidents: INC-7" in context.to_markdown()
+        assert [s.name for s in index.context("orders").dependencies] == ["billing", "ledger-db"]
