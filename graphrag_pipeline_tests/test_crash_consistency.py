@@ -159,3 +159,43 @@ def test_a_process_killed_after_the_graph_writes_converges_after_a_delete(harnes
     rerun = subprocess.run(command, capture_output=True, text=True, timeout=600, env=cli_env())
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert_same_index(index_snapshot(settings_for(index_dir, corpus)), harness["expected"]["restricted-deleted"])
+
+
+RESTRICTED_ONLY = ("Nightjar", "Obsidian")  # words no public document has (the people and Boltworks are public)
+
+
+def test_a_deleted_restricted_document_is_hidden_from_the_public_at_every_kill_point(harness):
+    """The index holds the restricted page; it is deleted and the build killed at each point: whatever the later
+    stages have not yet removed, a public caller sees none of it, in any mode, in exploration or in a context."""
+    from graphrag_pipeline.query import explore, open_index
+
+    seen: list[str] = []
+    built = crashed_copy(harness, None, seen)  # the changed corpus with the restricted page, built in full
+    with_restricted = harness["root"] / "built-with-restricted"
+    shutil.rmtree(with_restricted, ignore_errors=True)
+    copy_index(Path(built.index_dir), with_restricted)
+    questions = ("Who leads Project Nightjar?", "What does Project Nightjar depend on?")  # echoed, never compared
+    leaks = []
+    for point in dict.fromkeys(seen):
+        index_dir = harness["root"] / "crashed"
+        shutil.rmtree(index_dir, ignore_errors=True)
+        copy_index(with_restricted, index_dir)
+        corpus = make_corpus(harness["root"], restricted=False)
+        settings = settings_for(index_dir, corpus)
+        try:
+            run_build(settings, harness["embedder"], point)
+        except InjectedCrash:
+            pass
+        with open_index(settings=settings, embedder=harness["embedder"]) as index:
+            shown = [json.dumps(index.query(q, mode=mode, results="chunks", top_k=20).to_dict()["results"])
+                     + json.dumps(index.query(q, mode=mode).to_dict()["relationships"])
+                     for q in questions for mode in ("hybrid", "graph", "vector", "keyword", "global")]
+            shown.append(json.dumps(explore.list_entities(index, limit=1000)))
+            shown.append(json.dumps(explore.list_relationships(index, limit=1000)))
+            context = index.context("Project Nightjar").to_dict()
+            context.pop("subject")  # the caller's own words
+            shown.append(json.dumps(context))
+        found = sorted({word for word in RESTRICTED_ONLY for text in shown if word in text})
+        if found:
+            leaks.append(f"{point}: {found}")
+    assert not leaks, "\n".join(leaks)
