@@ -307,3 +307,32 @@ def test_a_huge_body_or_header_is_refused_before_authentication(served):
         status = None  # the parser may close the connection without an answer
     assert status is None or status >= 400
     assert httpx.get(f"{url}/healthz").status_code == 200  # and the server goes on
+
+
+class HugeAnswers:
+    """An open index whose answers carry a 100 kB passage each (what a bloated document would give)."""
+
+    def __init__(self, index):
+        self._index = index
+        self.state, self.graph, self.embedder, self.version = index.state, index.graph, index.embedder, index.version
+
+    def query(self, question, **options):
+        from dataclasses import replace
+
+        response = self._index.query(question, **options)
+        return replace(response, results=[replace(r, text="x" * 100_000) for r in response.results])
+
+
+def test_an_answer_over_max_response_bytes_is_refused_with_the_reason(served):
+    """A 47 MB answer once blocked the event loop while it was serialized: answers are now rendered in the pool,
+    under the time limit, and one over ``max_response_bytes`` is refused with the reason."""
+    from fastapi.testclient import TestClient
+
+    settings, _, _, _ = served
+    small = settings.with_overrides(server={"max_response_bytes": 65536})
+    with open_index(settings=settings) as index, TestClient(
+            create_app(HugeAnswers(index), small, KeyRing.from_config(settings.server, environ={}))) as http:
+        headers = {"Authorization": f"Bearer {PUBLIC_KEY}"}
+        refused = http.post("/v1/search", json={"question": QUESTION, "top_k": 3}, headers=headers)
+        assert refused.status_code == 500 and "over the server's max_response_bytes (65536)" in refused.json()["error"]
+        assert http.get("/v1/graph", headers=headers).status_code == 200  # small answers still go out

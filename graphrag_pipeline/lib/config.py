@@ -521,6 +521,7 @@ class ServerConfig(StrictModel):
     # before authentication) and its header section (refused by the HTTP parser).
     max_request_bytes: int = Field(65536, ge=1024)
     max_header_bytes: int = Field(16384, ge=1024)
+    max_response_bytes: int = Field(16 * 1024 * 1024, ge=65536)  # a larger answer is an error, not a stalled server
     log_questions: bool = False  # access logs leave question text out unless this is set
 
 

@@ -14,11 +14,11 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -40,7 +40,6 @@ ACCESS_LOG = logging.getLogger("graphrag_pipeline.server.access")
 ERROR_LOG = logging.getLogger("graphrag_pipeline.server")
 MAX_TOP_K = 50
 PAGE_LIMIT = 1000
-T = TypeVar("T")
 
 
 class ApiError(Exception):
@@ -97,9 +96,19 @@ def create_app(index: OpenIndex, settings: PipelineSettings, keys: KeyRing) -> F
         lifespan=lifespan,
     )
 
-    async def run(caller: Caller, work: Callable[[], T]) -> T:
+    async def run(caller: Caller, work: Callable[[], dict[str, Any]]) -> Response:
+        """``work``'s answer as JSON, both made in the pool under the caller's slot and the time limit (a large
+        answer is serialized there too, not on the event loop), at most ``max_response_bytes`` long."""
+
+        def rendered() -> bytes:
+            body = json.dumps(work(), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+            if len(body) > config.max_response_bytes:
+                raise ApiError(500, f"the answer is {len(body)} bytes, over the server's max_response_bytes "
+                                    f"({config.max_response_bytes}); ask for fewer results")
+            return body
+
         try:
-            return await slots.run(caller.name, work)
+            return Response(await slots.run(caller.name, rendered), media_type="application/json")
         except Busy as error:
             raise ApiError(429, str(error), {"Retry-After": "1"}) from None
         except TimedOut as error:
@@ -188,10 +197,12 @@ def create_app(index: OpenIndex, settings: PipelineSettings, keys: KeyRing) -> F
         except ValueError as error:
             raise ApiError(400, str(error)) from None
         request.state.question = body.question
-        response = await run(caller, lambda: index.query(
-            body.question, mode=body.mode, top_k=body.top_k, max_hops=body.max_hops, fusion=body.fusion,
-            results=body.results, groups=caller.groups))
-        return {"index_version": index.version, **response.to_dict()}
+        def answer() -> dict[str, Any]:
+            response = index.query(body.question, mode=body.mode, top_k=body.top_k, max_hops=body.max_hops,
+                                   fusion=body.fusion, results=body.results, groups=caller.groups)
+            return {"index_version": index.version, **response.to_dict()}  # the version the question opened
+
+        return await run(caller, answer)
 
     @app.post("/v1/context", tags=["search"])
     async def context(body: ContextRequest, caller: Authenticated) -> dict[str, Any]:
@@ -202,15 +213,18 @@ def create_app(index: OpenIndex, settings: PipelineSettings, keys: KeyRing) -> F
             check_question(body.subject, config, "subject")
         except ValueError as error:
             raise ApiError(400, str(error)) from None
-        found = await run(caller, lambda: index.context(body.subject, max_hops=body.max_hops, groups=caller.groups))
-        return {"index_version": index.version, **found.to_dict(), "markdown": found.to_markdown()}
+        def context_answer() -> dict[str, Any]:
+            found = index.context(body.subject, max_hops=body.max_hops, groups=caller.groups)
+            return {"index_version": index.version, **found.to_dict(), "markdown": found.to_markdown()}
+
+        return await run(caller, context_answer)
 
     @app.get("/v1/index", tags=["index"])
     async def index_info(caller: Authenticated) -> dict[str, Any]:
         """The index's published version, its models and what the caller can see of it."""
-        counts = await run(caller, lambda: graph_stats(index, groups=caller.groups))
-        return {"version": index.version, "embedder": index.embedder.name,
-                "extractor": settings.extraction.extractor, "graph": counts}
+        return await run(caller, lambda: {"version": index.version, "embedder": index.embedder.name,
+                                          "extractor": settings.extraction.extractor,
+                                          "graph": graph_stats(index, groups=caller.groups)})
 
     @app.get("/v1/graph", tags=["graph"])
     async def graph(caller: Authenticated) -> dict[str, Any]:
@@ -235,9 +249,13 @@ def create_app(index: OpenIndex, settings: PipelineSettings, keys: KeyRing) -> F
     async def entity(entity_id: str, caller: Authenticated,
                      limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT)] = 50) -> dict[str, Any]:
         """One entity with its relationships and their other ends, as the caller may see them."""
-        found = await run(caller, lambda: entity_neighbourhood(index, entity_id, groups=caller.groups, limit=limit))
-        if found is None:
-            raise ApiError(404, f"no entity {entity_id!r}")
-        return found
+
+        def neighbourhood() -> dict[str, Any]:
+            found = entity_neighbourhood(index, entity_id, groups=caller.groups, limit=limit)
+            if found is None:
+                raise ApiError(404, f"no entity {entity_id!r}")
+            return found
+
+        return await run(caller, neighbourhood)
 
     return app
