@@ -60,6 +60,19 @@ def test_export_writes_every_table_and_a_manifest_pandas_reads(built):
     assert all(manifest["counts"][t] > 0 for t in ("documents", "mentions", "relationships", "communities"))
 
 
+def test_the_exported_relationships_join_to_the_entities(built):
+    """``relationships.source`` and ``target`` were null in every row; now each end is an id that joins
+    ``entities.element_id`` and a name, and both tables list their documents."""
+    _, _, export_dir = built
+    entities = pandas.read_parquet(export_dir / "entities.parquet")
+    relationships = pandas.read_parquet(export_dir / "relationships.parquet")
+    assert relationships[["source_id", "target_id", "source", "target"]].notna().all().all()
+    joined = relationships.merge(entities, left_on="source_id", right_on="element_id", suffixes=("", "_entity"))
+    assert len(joined) == len(relationships) and (joined["source"] == joined["name"]).all()
+    assert relationships["target_id"].isin(entities["element_id"]).all()
+    assert relationships["doc_ids"].map(len).gt(0).all() and entities["doc_ids"].map(len).gt(0).all()
+
+
 def test_export_without_all_is_refused(built, capsys):
     settings, _, export_dir = built
     assert main(["--index-dir", settings.index_dir, "export", str(export_dir / "again")]) == 2

@@ -73,6 +73,7 @@ def export_tables(state: StateStore, embedder_model: str,
         extraction = extraction_from_json(chunk_id, payload)
         mention_rows.append({"chunk_id": chunk_id, "extractor_key": key, "payload": payload,
                              "entity_names": [e.name for e in extraction.entities]})
+    entity_rows = _element_rows(state, "entity", ("name", "type", "description", "doc_ids"))
     tables = {
         "documents": [
             {"doc_id": d.doc_id, "shard": shards[d.doc_id], "source": d.source, "uri": d.uri, "title": d.title,
@@ -82,8 +83,9 @@ def export_tables(state: StateStore, embedder_model: str,
         ],
         "chunks": chunk_rows,
         "mentions": mention_rows,
-        "entities": _element_rows(state, "entity", ("name", "type", "description")),
-        "relationships": _element_rows(state, "relationship", ("source", "target", "type", "description", "weight")),
+        "entities": entity_rows,
+        "relationships": _element_rows(state, "relationship", ("source_id", "target_id", "type", "description",
+                                                               "weight", "doc_ids")),
         "communities": [
             {"community_id": cid, "level": level, "payload": unpack_payload(payload)}
             for cid, level, payload in state.query("SELECT community_id, level, payload FROM communities ORDER BY community_id")
@@ -101,8 +103,9 @@ def export_tables(state: StateStore, embedder_model: str,
 
 
 def _element_rows(state: StateStore, kind: str, columns: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Merged elements: the stored payload whole (what import writes back) and its main fields as columns for
-    readers (pandas)."""
+    """Merged elements: the stored payload whole (what import writes back) and its main fields as typed columns for
+    readers (pandas, duckdb); a relationship also names its ends (``source``, ``target``) beside their ids, which
+    join ``entities.element_id``."""
     rows = []
     for element_id, digest, payload in state.query(
         "SELECT element_id, content_hash, payload FROM elements WHERE kind = ? ORDER BY element_id", (kind,)
@@ -112,8 +115,14 @@ def _element_rows(state: StateStore, kind: str, columns: tuple[str, ...]) -> lis
         row: dict[str, Any] = {"element_id": element_id, "content_hash": digest, "payload": payload}
         for column in columns:
             value = data.get(column)
-            row[column] = None if value is None else float(value) if column == "weight" else str(value)
+            row[column] = (None if value is None else float(value) if column == "weight"
+                           else [str(v) for v in value] if column == "doc_ids" else str(value))
         rows.append(row)
+    if kind == "relationship":
+        names = dict(state.query("SELECT element_id, payload FROM elements WHERE kind = 'entity'"))
+        names = {eid: json.loads(unpack_payload(p)).get("name") for eid, p in names.items()}
+        for row in rows:
+            row["source"], row["target"] = names.get(row["source_id"]), names.get(row["target_id"])
     return rows
 
 
@@ -129,10 +138,12 @@ _SCHEMAS = {
     "mentions": pa.schema([("chunk_id", pa.string()), ("extractor_key", pa.string()), ("payload", pa.string()),
                            ("entity_names", pa.list_(pa.string()))]),
     "entities": pa.schema([("element_id", pa.string()), ("content_hash", pa.string()), ("payload", pa.string()),
-                           ("name", pa.string()), ("type", pa.string()), ("description", pa.string())]),
+                           ("name", pa.string()), ("type", pa.string()), ("description", pa.string()),
+                           ("doc_ids", pa.list_(pa.string()))]),
     "relationships": pa.schema([("element_id", pa.string()), ("content_hash", pa.string()), ("payload", pa.string()),
-                                ("source", pa.string()), ("target", pa.string()), ("type", pa.string()),
-                                ("description", pa.string()), ("weight", pa.float64())]),
+                                ("source_id", pa.string()), ("target_id", pa.string()), ("source", pa.string()),
+                                ("target", pa.string()), ("type", pa.string()), ("description", pa.string()),
+                                ("weight", pa.float64()), ("doc_ids", pa.list_(pa.string()))]),
     "communities": pa.schema([("community_id", pa.string()), ("level", pa.int64()), ("payload", pa.string())]),
     "community_summaries": pa.schema([("community_id", pa.string()), ("content_hash", pa.string()),
                                       ("payload", pa.string())]),
