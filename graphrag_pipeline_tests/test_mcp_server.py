@@ -150,10 +150,16 @@ def test_a_question_over_the_length_limit_is_refused_at_once_with_a_message(inde
         async with open_session(PUBLIC_KEY) as session:
             refused = await session.call_tool("search_knowledge", {"question": "x" * 50_000})
             context = await session.call_tool("incident_context", {"subject": "checkout-service", "max_hops": 9})
+            blank = await session.call_tool("search_knowledge", {"question": "\u00a0 "})
             answered = await call(session, "graph_overview")
-            return refused, context, answered
+            tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+            return refused, context, blank, answered, tools
 
-    refused, context, answered = anyio.run(scenario)
-    assert refused.is_error and "at most 2000" in refused.content[0].text  # the reason, not "Error executing tool"
-    assert context.is_error and "max_hops must be between 0 and 3" in context.content[0].text
+    refused, context, blank, answered, tools = anyio.run(scenario)
+    assert blank.is_error and "question is blank" in blank.content[0].text
+    search = tools["search_knowledge"].input_schema["properties"]
+    assert search["top_k"]["maximum"] == 50 and search["top_k"]["description"] and {"fusion", "results"} <= set(search)
+    assert all(tool.annotations.read_only_hint for tool in tools.values())
+    assert refused.is_error and "at most 2000 characters" in refused.content[0].text  # the reason, not only
+    assert context.is_error and "less than or equal to 3" in context.content[0].text  # "Error executing tool"
     assert answered["entities"] > 0  # the server goes on answering

@@ -8,22 +8,25 @@ limit, with the work off the event loop; every refusal is a ``ToolError`` whose 
 """
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field
 
 from graphrag_pipeline.query import OpenIndex
 from graphrag_pipeline.query.explore import entity_neighbourhood, graph_stats
-from graphrag_pipeline.query.models import MAX_HOPS, Mode
+from graphrag_pipeline.query.models import MAX_HOPS, Fusion, Granularity, Mode
 from graphrag_pipeline.server.auth import Caller, KeyRing
 from graphrag_pipeline.server.limits import AnswerSlots, Busy, TimedOut, check_question
 
 MAX_TOP_K = 50
 T = TypeVar("T")
+READ_ONLY = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
 STDIO_KEY_ENV = "GRAPHRAG_MCP_KEY"
 
 
@@ -70,38 +73,46 @@ def create_mcp(index: OpenIndex, caller: Callable[[], Caller], *, keys: KeyRing 
         except (Busy, TimedOut, ValueError) as error:
             raise ToolError(str(error)) from None
 
-    def checked(text: str, what: str) -> None:
+    def checked(text: str, what: str) -> None:  # the schema bounds the length; a blank one passes it
         try:
             check_question(text, config, what)
         except ValueError as error:
             raise ToolError(str(error)) from None
 
-    def bounded(name: str, value: int | None, low: int, high: int) -> None:
-        if value is not None and not low <= value <= high:
-            raise ToolError(f"{name} must be between {low} and {high}")
-
-    @server.tool()
-    async def search_knowledge(question: str, mode: Mode = "hybrid", top_k: int = 10, max_hops: int = 2,
-                               ) -> dict[str, Any]:
+    @server.tool(annotations=READ_ONLY)
+    async def search_knowledge(
+        question: Annotated[str, Field(description="the question, in the words of the corpus where possible",
+                                       min_length=1, max_length=config.max_question_chars)],
+        mode: Annotated[Mode, Field(description="hybrid (default), vector, keyword, graph, or global (community "
+                                                "summaries for broad questions)")] = "hybrid",
+        top_k: Annotated[int, Field(description="results", ge=1, le=MAX_TOP_K)] = 10,
+        max_hops: Annotated[int | None, Field(description="graph hops from the question's entities (default: the "
+                                                          "configuration's)", ge=0, le=MAX_HOPS)] = None,
+        fusion: Annotated[Fusion | None, Field(description="weighted or rrf (default: the configuration's)")] = None,
+        results: Annotated[Granularity | None, Field(description="documents (distinct documents, cited) or chunks "
+                                                                 "(default: the configuration's)")] = None,
+    ) -> dict[str, Any]:
         """Ranked documents for a question, with text, source, entity path, per-signal scores and citations, the
-        entities the question names and the facts (typed relationships) behind the results. Modes: hybrid
-        (default), vector, keyword, graph, global (community summaries for broad questions)."""
+        entities the question names and the facts (typed relationships) behind the results: the same answer as
+        POST /v1/search."""
         who = caller()
         checked(question, "question")
-        bounded("top_k", top_k, 1, MAX_TOP_K)
-        bounded("max_hops", max_hops, 0, MAX_HOPS)
         return await answer(who, lambda: index.query(question, mode=mode, top_k=top_k, max_hops=max_hops,
-                                                     groups=who.groups).to_dict())
+                                                     fusion=fusion, results=results, groups=who.groups).to_dict())
 
-    @server.tool()
-    async def incident_context(subject: str, max_hops: int | None = None) -> dict[str, Any]:
+    @server.tool(annotations=READ_ONLY)
+    async def incident_context(
+        subject: Annotated[str, Field(description="a service's name, or a question about one",
+                                      min_length=1, max_length=config.max_question_chars)],
+        max_hops: Annotated[int | None, Field(description="how far dependencies and dependents are followed "
+                                                          "(default: the configuration's)", ge=0, le=MAX_HOPS)] = None,
+    ) -> dict[str, Any]:
         """The incident context of a service, named or asked about ("alert on payments-api: which services depend
         on it, who owns them, which runbooks apply?"): its dependencies and dependents within max_hops (the blast
         radius, with hops and paths), each one's owners with contacts, runbooks, documents and incidents, and every
         fact with the documents that state it. `markdown` renders it for a prompt."""
         who = caller()
         checked(subject, "subject")
-        bounded("max_hops", max_hops, 0, MAX_HOPS)
 
         def context() -> dict[str, Any]:
             found = index.context(subject, max_hops=max_hops, groups=who.groups)
@@ -109,17 +120,19 @@ def create_mcp(index: OpenIndex, caller: Callable[[], Caller], *, keys: KeyRing 
 
         return await answer(who, context)
 
-    @server.tool()
-    async def explore_entity(entity_id: str, limit: int = 50) -> dict[str, Any]:
+    @server.tool(annotations=READ_ONLY)
+    async def explore_entity(
+        entity_id: Annotated[str, Field(description="an entity id, as search results and contexts give them")],
+        limit: Annotated[int, Field(description="relationships and documents listed at most", ge=1, le=1000)] = 50,
+    ) -> dict[str, Any]:
         """One entity (ids come with search results) with its relationships and the entities at their other ends."""
         who = caller()
-        bounded("limit", limit, 1, 1000)
         found = await answer(who, lambda: entity_neighbourhood(index, entity_id, groups=who.groups, limit=limit))
         if found is None:
             raise ToolError(f"no entity {entity_id!r}")
         return found
 
-    @server.tool()
+    @server.tool(annotations=READ_ONLY)
     async def graph_overview() -> dict[str, Any]:
         """How many entities and relationships the graph holds, by type (what your key may see)."""
         who = caller()
