@@ -18,6 +18,7 @@ from graphrag_pipeline.lib.stages import build_everything
 from graphrag_pipeline.lib.workspace import Workspace
 from graphrag_pipeline.query import explore
 from graphrag_pipeline.query.linking import GENERIC_NAME_CONFIDENCE
+from graphrag_pipeline.query.retrievers import CATALOG_PAGE_FACTOR
 
 from .conftest import folder_settings
 from .test_retrieval_mechanisms import HashedEmbedder, build_and_open_index, content_words
@@ -307,7 +308,7 @@ def test_a_names_only_catalog_reaches_the_readme_titled_x_service_in_the_x_folde
         about = {doc("vault/README.md"), doc("ledger/README.md"), doc("incidents/sealed.md")}
         assert set(response.doc_ids[:3]) == about
         assert all(relation[d] == 1.0 for d in about)
-        assert relation["cat:component:default/vault"] == 0.5
+        assert relation["cat:component:default/vault"] == CATALOG_PAGE_FACTOR  # its facts are in relationships
         assert relation.get(doc("notes/history.md"), 0.0) == 0.0
         followed = {(f.source, f.type, f.target) for f in response.relationships if f.followed}
         assert followed == {("checkout", "DEPENDS_ON", "vault"), ("checkout", "DEPENDS_ON", "ledger")}

@@ -61,7 +61,7 @@ class QueryResult:
     citations: list[Citation] = field(default_factory=list)
     keyword_score: float = 0.0  # BM25, as a share of a perfect match
     identifier_score: float = 0.0  # the rarity-weighted share of the question's identifiers the passage holds
-    relation_score: float = 0.0  # 1: about an entity an asked-for relationship reached (a catalog page 0.5)
+    relation_score: float = 0.0  # 1: about an entity an asked-for relationship reached (a catalog page 0.2)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

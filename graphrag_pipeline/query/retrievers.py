@@ -76,7 +76,7 @@ MAX_CHUNKS_PER_ENTITY = 200
 MIN_ACTIVATION = 0.05
 # A catalog page about an entity a relationship reached ranks below the entity's own documents: its facts are already
 # in the response's relationships, and a service's README or runbook is what there is to read.
-CATALOG_PAGE_FACTOR = 0.5
+CATALOG_PAGE_FACTOR = 0.2
 CHAIN_STEP_FACTOR = 0.5  # the relation signal of the documents about what each further step of a chain reached
 # Community summaries fetched per result asked for: room for summaries the caller may not read.
 SUMMARIES_PER_RESULT = 4
@@ -487,7 +487,7 @@ class GraphRetriever(VectorRetriever):
     def _follow_intents(self, result: Retrieval, hidden: frozenset[str] = frozenset()) -> None:
         """Follow each asked-for relationship one hop from its subjects in the asked-for direction; the documents
         about the entities reached get the relation signal, as strong as they are about them (``Aboutness``), a
-        catalog page half as strong as the entity's own documents."""
+        catalog page a fifth as strong as the entity's own documents."""
         graph, directory, aboutness = self.index.graph, self.index.directory(), self.index.aboutness()
         reached: dict[str, tuple[str, str]] = {}  # entity -> (subject it was reached from, relationship id)
         reached_step: dict[str, int] = {}
