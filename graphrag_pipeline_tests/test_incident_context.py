@@ -199,6 +199,9 @@ def test_a_chained_question_asks_who_owns_the_services_the_first_step_reached(en
     assert steps == {("orders", "DEPENDS_ON", "billing"): 1, ("orders", "OWNED_BY", "team-orders"): 2}
     unasked = {(f.source, f.type, f.target): f.step for f in response.relationships if not f.followed}
     assert all(step == 0 for step in unasked.values())
+    # Each fact says which system its ends' catalog entries name (billing's: shop; orders names none).
+    [asked] = [f for f in response.relationships if f.type == "DEPENDS_ON" and f.followed]
+    assert (asked.source_system, asked.target_system) == ("", "shop")
 
 
 def test_the_cli_prints_what_the_function_returns(engine, settings, tmp_path):

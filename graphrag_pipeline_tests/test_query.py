@@ -104,7 +104,7 @@ def test_the_response_json_keeps_the_shape_agents_and_the_cli_read(engine):
     """The keys and value types `to_dict()` had while linked entities and facts were plain dicts."""
     entity_keys = {"id": str, "name": str, "type": str, "linked_by": str, "confidence": float}
     fact_keys = {"source": str, "type": str, "target": str, "predicates": list, "weight": float, "doc_ids": list,
-                 "followed": bool, "step": int}
+                 "followed": bool, "step": int, "source_system": str, "target_system": str}
     result_keys = {"chunk_id": str, "text": str, "doc_id": str, "source": dict, "entity_path": list,
                    "vector_score": float, "graph_score": float, "combined_score": float, "hops_from_query": int,
                    "citations": list, "keyword_score": float, "identifier_score": float, "relation_score": float}

@@ -369,9 +369,22 @@ class _ServiceDetails:
         return False
 
     def _entry(self, entity: Entity) -> Mapping[str, Any]:
-        """The metadata of the entity's own catalog entry (the catalog page titled by its name), if readable: its
-        definition rather than a page another catalog writes for it because it refers to it."""
-        pages = [document.metadata for doc_id in entity.doc_ids
-                 if (document := self.documents.get(doc_id)) is not None and document.title == entity.name]
-        return next((p for p in pages if p.get("catalog_origin") != REFERENCED_ORIGIN), pages[0] if pages else {})
+        return catalog_entry(entity, self.documents)
 
+
+def catalog_entry(entity: Entity, documents: Mapping[str, Document]) -> Mapping[str, Any]:
+    """The metadata of the entity's own catalog entry among ``documents`` (the catalog page titled by its name): its
+    definition rather than a page another catalog writes for it because it refers to it; empty when none is there."""
+    pages = [document.metadata for doc_id in entity.doc_ids
+             if (document := documents.get(doc_id)) is not None and document.title == entity.name]
+    return next((p for p in pages if p.get("catalog_origin") != REFERENCED_ORIGIN), pages[0] if pages else {})
+
+
+def catalog_systems(state: StateStore, entities: Iterable[Entity], catalog_pages: set[str],
+                    access: ReaderAccess) -> dict[str, str]:
+    """Entity id → the system its readable catalog entry names (``spec.system``), for those that have one."""
+    entities = list(entities)
+    wanted = {d for e in entities for d in e.doc_ids if d in catalog_pages and access.can_read(d)}
+    documents = {d.doc_id: d for d in state.documents(doc_ids=wanted)} if wanted else {}
+    systems = {e.entity_id: catalog_entry(e, documents).get("system") for e in entities}
+    return {eid: system for eid, system in systems.items() if isinstance(system, str) and system}

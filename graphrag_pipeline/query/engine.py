@@ -22,7 +22,7 @@ from graphrag_pipeline.lib.models import Entity, Relationship
 from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.protocols import Embedder, GraphStore, VectorStore
 from graphrag_pipeline.query.access import ReaderAccess, reader_access
-from graphrag_pipeline.query.context import ContextBuilder, IncidentContext
+from graphrag_pipeline.query.context import ContextBuilder, IncidentContext, catalog_systems
 from graphrag_pipeline.query.models import (
     Fact,
     Fusion,
@@ -225,6 +225,8 @@ class QueryEngine:
         relationships = [*followed.values(), *(r for r in among if r.relationship_id not in followed)]
         shown = with_provenance(self.state, [r for r in relationships[:RELATIONSHIPS_IN_RESPONSE]
                                              if access.can_read_any(r.doc_ids)], access)
+        systems = catalog_systems(self.state, [visible[e] for r in shown for e in (r.source_id, r.target_id)
+                                               if e in visible], self._index.directory().catalog_pages, access)
         retrieval.timings["respond"] = elapsed_ms(started)
         return QueryResponse(
             question=retrieval.question,
@@ -236,7 +238,7 @@ class QueryEngine:
                 if eid in visible
             ],
             relationships=[_fact(r, visible, access, retrieval.followed_step.get(r.relationship_id, 0)
-                                 if r.relationship_id in followed else 0) for r in shown],
+                                 if r.relationship_id in followed else 0, systems) for r in shown],
             fell_back_to_vector=retrieval.fell_back_to_vector,
             timings_ms=retrieval.timings,
         )
@@ -294,7 +296,8 @@ def with_provenance(state: StateStore, elements: list[ElementT], access: ReaderA
     return [merged.get(key(e), e) for e in elements]
 
 
-def _fact(relationship: Relationship, visible: dict[str, Entity], access: ReaderAccess, step: int) -> Fact:
+def _fact(relationship: Relationship, visible: dict[str, Entity], access: ReaderAccess, step: int,
+          systems: dict[str, str]) -> Fact:
     """A relationship between two visible entities, citing only documents the caller may read, in the words those
     documents use."""
     return Fact(
@@ -306,4 +309,6 @@ def _fact(relationship: Relationship, visible: dict[str, Entity], access: Reader
         doc_ids=[d for d in relationship.doc_ids if access.can_read(d)][:FACT_DOCUMENTS],
         followed=step > 0,
         step=step,
+        source_system=systems.get(relationship.source_id, ""),
+        target_system=systems.get(relationship.target_id, ""),
     )

@@ -92,6 +92,9 @@ class Fact:
     # Which step of the question asked for it: 1, or 2 for "who owns them" after "which services depend on X"; 0
     # when not followed.
     step: int = 0
+    # The systems the ends' catalog entries name ("" when none does): which one a name two systems share means.
+    source_system: str = ""
+    target_system: str = ""
 
 
 @dataclass(frozen=True)
