@@ -58,6 +58,9 @@ from graphrag_pipeline.query.traversal import spread_activation
 
 SCORING_POOL = 100  # vector hits fetched to score graph-reached chunks by similarity too
 HIDDEN_SCAN = 1_000_000  # relationships read among the entities restricted documents mention, to find the hidden ones
+# Candidates fetched beyond the pool for a caller with hidden chunks, so the pool is the pool of what it may read;
+# bounded, so a caller who may not read a hundred thousand chunks does not make every search that long.
+HIDDEN_OVERFETCH = 1000
 ENTITY_LINK_MIN_SCORE = 0.6  # cosine below this is not the same entity by another name
 ENTRY_CHUNKS_FOR_SEEDS = 5  # the entry chunks whose entities seed the traversal
 # Question entities seed at this share of their link confidence, below the best entry passage's entities (1.0): the
@@ -334,7 +337,7 @@ class VectorRetriever:
         timings: dict[str, float] = {}
         started = time.perf_counter()
         size = max(SCORING_POOL, config.vector_top_k)
-        pool = self.index.vectors.search(CHUNKS, query_vector, size + len(hidden.chunks))
+        pool = self.index.vectors.search(CHUNKS, query_vector, size + min(len(hidden.chunks), HIDDEN_OVERFETCH))
         pool = [hit for hit in pool if hit.point_id not in hidden.chunks][:size]
         vector_scores = {hit.point_id: max(0.0, hit.score) for hit in pool}
         entry = [hit.point_id for hit in pool[: config.vector_top_k]]
@@ -618,7 +621,7 @@ def keyword_shares(index: KeywordIndex, question: str, hidden: Hidden) -> dict[s
     would otherwise lower every public score, and show that it exists)."""
     if not hidden.chunks:
         return index.best_match_shares(question, SCORING_POOL)
-    scores = index.scores(question, SCORING_POOL + len(hidden.chunks))
+    scores = index.scores(question, SCORING_POOL + min(len(hidden.chunks), HIDDEN_OVERFETCH))
     visible = dict(sorted(((c, s) for c, s in scores.items() if c not in hidden.chunks),
                           key=lambda item: (-item[1], item[0]))[:SCORING_POOL])
     return normalize_by_max(visible)
