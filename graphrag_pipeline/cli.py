@@ -262,7 +262,8 @@ def _build(args: argparse.Namespace) -> int:
     bar = _progress_bar(args)
     workspace = Workspace(load_settings(args.config, **overrides), progress_listeners=[bar] if bar is not None else [])
     try:
-        reports = build_everything(workspace)
+        with workspace.state.whole_build():
+            reports = build_everything(workspace)
     finally:
         workspace.close()
         if bar is not None:
@@ -286,7 +287,8 @@ def _export_or_import(args: argparse.Namespace) -> int:
             manifest = export_index(workspace, args.directory)
             print(json.dumps(manifest, indent=2))
             return 0
-        reports = import_index(workspace, args.directory)
+        with workspace.state.whole_build():
+            reports = import_index(workspace, args.directory)
     finally:
         workspace.close()
     payload = [{"stage": r.stage, "seconds": r.total_seconds, **r.counts} for r in reports]

@@ -155,3 +155,32 @@ def test_the_index_comparison_sees_a_stale_relationship_weight_and_a_stale_vecto
     stale["vectors"]["chunks"][point_id] = ({**payload, "title": "an old title"}, vector)
     with pytest.raises(AssertionError, match="payload"):
         assert_same_index(stale, original["snapshot"])
+
+
+def test_two_whole_builds_cannot_run_at_once_on_postgresql_either(tmp_path, postgres_server):
+    """On SQLite the second writer fails on the build lock; a PostgreSQL state has no local file to lock, so a whole
+    build holds an advisory lock, and a second one (from any host) fails at once naming it."""
+    import psycopg2
+
+    from graphrag_pipeline.lib.stores.postgres_state import WHOLE_BUILD_LOCK, advisory_key
+
+    from .cli_process import CLI, cli_env
+    from .postgres import throwaway_database
+
+    with throwaway_database(postgres_server) as database:
+        url = (f"postgresql://{postgres_server.user}:{postgres_server.password}@{postgres_server.host}:"
+               f"{postgres_server.port}/{database}")
+        config = tmp_path / "graphrag.yaml"
+        config.write_text(json.dumps({"index_dir": str(tmp_path / "index"), "shard_count": 4,
+                                      "sources": [{"name": "t", "kind": "folder", "path": str(FIXTURES / "multihop")}]}))
+        holder = psycopg2.connect(url)
+        try:
+            holder.autocommit = True
+            with holder.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_lock(%s)", (advisory_key(WHOLE_BUILD_LOCK),))
+            second = subprocess.run([*CLI, "--config", str(config), "build", "--json"], capture_output=True, text=True,
+                                    env={**cli_env(), "STATE_BACKEND": "postgres", "DATABASE_URL": url}, timeout=600)
+            assert second.returncode == 2, second.stderr[-3000:]
+            assert "another build is writing the index" in second.stderr and WHOLE_BUILD_LOCK in second.stderr
+        finally:
+            holder.close()

@@ -318,6 +318,12 @@ class StateStore:
         return True
 
     @contextlib.contextmanager
+    def whole_build(self) -> Iterator[None]:
+        """Held by a whole build for as long as it runs. A writable SQLite store holds the build lock already (a
+        second writer fails at once), so there is nothing more to take; the PostgreSQL store takes an advisory lock."""
+        yield
+
+    @contextlib.contextmanager
     def exclusive(self, name: str) -> Iterator[None]:
         """Held by one process at a time among the writers of this index, for work that must not interleave with
         another run's (the corpus-wide stages). A writable SQLite store already excludes every other writer for as

@@ -54,6 +54,14 @@ def to_postgres(sql: str) -> str:
     return sql.replace("%", "%%").replace("?", "%s").replace("IN ()", "IN (NULL)")
 
 
+WHOLE_BUILD_LOCK = "graphrag whole build"
+
+
+def advisory_key(name: str) -> int:
+    """The 64-bit key of a named advisory lock."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+
+
 class _PostgresConnection:
     """The part of sqlite3.Connection the SQLite store's methods use, on a psycopg2 connection."""
 
@@ -130,12 +138,29 @@ class PostgresStateStore(state.StateStore):
         """A PostgreSQL advisory lock named ``name`` in this database, so the processes of concurrent Dagster runs
         (on any host) take turns. Held on a connection of its own: the server releases it when that session ends,
         also when its process is killed, and waiting for it keeps no transaction open."""
-        key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
         holder = psycopg2.connect(self.url)
         try:
             holder.autocommit = True
             with holder.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_lock(%s)", (key,))
+                cursor.execute("SELECT pg_advisory_lock(%s)", (advisory_key(name),))
+            yield
+        finally:
+            holder.close()
+
+    @contextlib.contextmanager
+    def whole_build(self) -> Iterator[None]:
+        """Held by a whole build (`graphrag-pipeline build`, `import`) for as long as it runs: a second one fails at
+        once with ``IndexBusyError`` instead of interleaving with it, on any host. Dagster's shard runs do not take it
+        (they are meant to run side by side; their corpus-wide stages take turns through ``exclusive``)."""
+        holder = psycopg2.connect(self.url)
+        try:
+            holder.autocommit = True
+            with holder.cursor() as cursor:
+                cursor.execute("SELECT pg_try_advisory_lock(%s)", (advisory_key(WHOLE_BUILD_LOCK),))
+                if not cursor.fetchone()[0]:
+                    raise state.IndexBusyError(
+                        "another build is writing the index (it holds the PostgreSQL advisory lock "
+                        f"{WHOLE_BUILD_LOCK!r}); wait for it to finish")
             yield
         finally:
             holder.close()
