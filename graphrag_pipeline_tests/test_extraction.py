@@ -405,6 +405,16 @@ def test_unmapped_ner_labels_get_the_default_type_and_null_labels_are_dropped() 
 
 
 @pytest.mark.slow
+def test_a_titles_qualifier_in_parentheses_is_not_part_of_the_name_it_gives() -> None:
+    """"Robert Young (musician)" became an entity named "Robert Young (musician" (the closing parenthesis taken for
+    edge punctuation) that the text's "Robert Young" never met."""
+    text = "Robert Young was a Scottish guitarist. Robert Young played with Primal Scream."
+    result = extract_one(make_extractor(), text, title="Robert Young (musician)")
+    names = [e.name for e in result.entities]
+    assert names.count("Robert Young") == 1 and not any("(" in name for name in names)
+    assert result.entities[0].spotter == "title"
+
+
 def test_title_is_an_entity_that_mentions_everything_in_the_chunk() -> None:
     titled = make_extractor()
 

@@ -533,9 +533,12 @@ class OfflineExtractor:
         return _Span(start, end, name, key, entity_type, spotter) if key else None
 
     def _title_span(self, title: str) -> _Span | None:
-        """The title as a position-less span, cleaned like any other name; None when titles are off or unusable."""
+        """The title as a position-less span, cleaned like any other name, without a trailing qualifier in
+        parentheses ("Robert Young (musician)" names Robert Young, as the text does); None when titles are off or
+        unusable."""
         if self._title_type is None or not title.strip():
             return None
+        title = _TITLE_QUALIFIER.sub("", title) or title
         cleaned = _clean_bounds(title, 0, len(title))
         if cleaned is None:
             return None
@@ -865,6 +868,9 @@ def _refers_to(clause_prefix: str, title_span: _Span) -> bool:
     else:
         return False
     return _is_short_gap(" ".join(rest))
+
+
+_TITLE_QUALIFIER = re.compile(r"(?<=\S)\s+\([^()]+\)\s*$")  # "Mercury (planet)", "Vault (service)"
 
 
 def _clean_bounds(text: str, start: int, end: int) -> tuple[int, int] | None:

@@ -24,7 +24,9 @@ from graphrag_pipeline.lib.stores.protocols import Embedder, GraphStore, VectorS
 T = TypeVar("T")
 Provided = T | Callable[[], T] | None  # an instance, a factory called on first use, or None for the configured one
 
-EXTRACTOR_VERSION = "1"  # bump when the offline extractor's behaviour changes, so cached extractions are redone
+# Bump when the offline extractor's behaviour changes, so cached extractions are redone. 2: a title's trailing
+# qualifier in parentheses is not part of the name it gives.
+EXTRACTOR_VERSION = "2"
 
 
 def llm_usage(settings: PipelineSettings, run_id: str | None = None) -> Usage:
