@@ -27,6 +27,7 @@ from graphrag_pipeline.query.aboutness import Aboutness
 from graphrag_pipeline.query.access import ReaderAccess
 from graphrag_pipeline.query.intent import IntentReader
 from graphrag_pipeline.query.linking import NameIndex
+from graphrag_pipeline.query.retrievers import Hidden
 
 FACT_DOCUMENTS = 5  # documents cited per fact: enough to check it
 
@@ -141,14 +142,16 @@ class ContextBuilder:
         intents: IntentReader,
         aboutness: Callable[[], Aboutness],
         catalog_pages: Callable[[], set[str]],
+        hidden: Callable[[frozenset[str]], Hidden],
     ):
         self.config = config
         self.state = state
         self.graph = graph
         self._names = names
         self._intents = intents
-        self._aboutness = aboutness
-        self._catalog_pages = catalog_pages
+        self.aboutness = aboutness
+        self.catalog_pages = catalog_pages
+        self._hidden = hidden
 
     def build(self, subject: str, access: ReaderAccess, *, max_hops: int | None = None) -> IncidentContext:
         if not isinstance(subject, str) or not subject.strip():
@@ -156,7 +159,7 @@ class ContextBuilder:
         hops = self.config.max_hops if max_hops is None else max_hops
         if not isinstance(hops, int) or not 0 <= hops <= 3:
             raise ValueError(f"max_hops must be between 0 and 3, not {hops!r}")
-        subject_ids, directions = self._subjects(subject)
+        subject_ids, directions = self._subjects(subject, self._hidden(access.unreadable()))
         entities = {eid: e for eid, e in self.graph.get_entities(subject_ids).items() if access.can_read_any(e.doc_ids)}
         truncated: dict[str, int] = {}
         facts: dict[str, Relationship] = {}
@@ -185,21 +188,19 @@ class ContextBuilder:
             truncated=truncated,
         )
 
-    def _subjects(self, subject: str) -> tuple[set[str], set[str]]:
+    def _subjects(self, subject: str, hidden: Hidden) -> tuple[set[str], set[str]]:
         """The services the caller means, and which dependency directions to follow: a name as given names its
         entities (every one of them: two systems may share it); a question names those its dependency intents are
-        about, else the most confident link that has dependency edges, else the most confident link."""
+        about, else the most confident link that has dependency edges, else the most confident link — chosen, as a
+        query's links are, from what the caller may read (``Hidden``)."""
         names = self._names()
         both = {"incoming", "outgoing"}
-        exact = names.ids(subject)
+        exact = names.ids(subject) - hidden.elements
         if exact:
             return set(exact), both
-        links = names.link(subject)
+        links = hidden.visible_links(names.link(subject))
         dependency = self.config.dependency_type
-
-        def has_edges(entity_ids: frozenset[str], relationship_type: str) -> bool:
-            return any(n.edges for n in self.graph.neighbourhoods(entity_ids, [relationship_type]).values())
-
+        has_edges = hidden.has_relationships(self.graph)
         intents = [i for i in self._intents.read(subject, links, has_edges) if i.relationship_type == dependency]
         if intents:
             return {eid for intent in intents for eid in intent.subjects}, {intent.direction for intent in intents}
@@ -302,8 +303,8 @@ class _ServiceDetails:
         others = {r.target_id if r.source_id == s else r.source_id for s, rs in self.edges.items() for r in rs}
         self.entities = {eid: e for eid, e in graph.get_entities(others).items()
                          if self.access.can_read_any(e.doc_ids)}
-        aboutness = self.builder._aboutness()
-        catalog_pages = self.builder._catalog_pages()
+        aboutness = self.builder.aboutness()
+        catalog_pages = self.builder.catalog_pages()
         wanted: set[str] = set()
         for service in service_ids:
             about = [(strength, doc_id, "about") for doc_id, strength in aboutness.documents_about(service).items()

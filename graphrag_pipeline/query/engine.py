@@ -77,7 +77,7 @@ class QueryEngine:
         self._context = ContextBuilder(
             settings.retrieval.context, state=state, graph=graph_store, names=self._index.name_index,
             intents=self._index.intents, aboutness=self._index.aboutness,
-            catalog_pages=lambda: self._index.directory().catalog_pages)
+            catalog_pages=lambda: self._index.directory().catalog_pages, hidden=self._index.hidden)
 
     def close(self) -> None:
         for store in (self.vectors, self.graph, self.state):

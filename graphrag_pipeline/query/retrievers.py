@@ -95,6 +95,24 @@ class Hidden:
     chunks: frozenset[str] = frozenset()
     elements: frozenset[str] = frozenset()
 
+    def visible_links(self, links: Sequence[NameLink]) -> list[NameLink]:
+        """The question's links without the hidden entities (a name only a hidden document gives links nothing)."""
+        if not self.elements:
+            return list(links)
+        return [replace(link, entity_ids=link.entity_ids - self.elements) for link in links
+                if link.entity_ids - self.elements]
+
+    def has_relationships(self, graph: GraphStore) -> Callable[[frozenset[str], str], bool]:
+        """Whether any of some entities has a visible relationship of a type: what makes a question's reference
+        ("it") point at one of its links (``IntentReader.read``)."""
+
+        def has(entity_ids: frozenset[str], relationship_type: str) -> bool:
+            return any(rid not in self.elements and other not in self.elements
+                       for n in graph.neighbourhoods(entity_ids - self.elements, [relationship_type]).values()
+                       for other, rid, _ in n.edges)
+
+        return has
+
 
 NOTHING_HIDDEN = Hidden()
 
@@ -389,17 +407,13 @@ class GraphRetriever(VectorRetriever):
         timings["keyword_search"] = elapsed_ms(started)
 
         started = time.perf_counter()
-        links = self.index.name_index().link(question)
-        if hidden.elements:  # a name only a hidden document gives links nothing
-            links = [replace(link, entity_ids=link.entity_ids - hidden.elements) for link in links
-                     if link.entity_ids - hidden.elements]
+        links = hidden.visible_links(self.index.name_index().link(question))
         linked = {eid: how for eid, how in self._link_question(links, query_vector).items()
                   if eid not in hidden.elements}
         seed_similarity = self._seed_similarity(result)
         entry_entities = graph.entities_of_chunks(rank(seed_similarity)[:ENTRY_CHUNKS_FOR_SEEDS])
         # One store read per (subjects, type) however many phrases ask about the same link.
-        has_relationships = functools.cache(functools.partial(self._has_relationships, hidden=hidden.elements))
-        result.intents = self.index.intents.read(question, links, has_relationships)
+        result.intents = self.index.intents.read(question, links, functools.cache(hidden.has_relationships(graph)))
         timings["link"] = elapsed_ms(started)
         result.linked = linked
 
@@ -480,12 +494,6 @@ class GraphRetriever(VectorRetriever):
             return result.vector_scores
         return {c: result.vector_scores.get(c, 0.0) + ENTRY_KEYWORD_SHARE * share.get(c, 0.0)
                 for c in result.vector_scores.keys() | share.keys()}
-
-    def _has_relationships(self, entity_ids: frozenset[str], relationship_type: str,
-                           hidden: frozenset[str] = frozenset()) -> bool:
-        return any(rid not in hidden and other not in hidden
-                   for n in self.index.graph.neighbourhoods(entity_ids - hidden, [relationship_type]).values()
-                   for other, rid, _ in n.edges)
 
     def _follow_intents(self, result: Retrieval, hidden: frozenset[str] = frozenset()) -> None:
         """Follow each asked-for relationship one hop from its subjects in the asked-for direction; the documents
