@@ -115,3 +115,24 @@ def test_a_title_that_holds_a_catalog_name_among_other_words_is_about_it_less_su
     assert about.documents_about("e-gw") == {"runbooks/gw.md": 0.5}
     assert about.documents_about("e-pay") == {}  # inside the longer name the title holds
     assert about.documents_about("e-al") == {}  # one word is in too many titles
+
+
+def test_a_workload_whose_name_holds_a_documents_title_is_an_instance_of_what_it_describes():
+    """The finding on a Thanos deployment: ``observatorium-thanos-store-shard-0`` is a Store, documented as "Store" in
+    ``components/store.md``; the longest title its name holds decides ("Query Frontend", not also "Query"), the words
+    the catalog's names share decide nothing, and a catalog's own pages are not documents it is an instance of."""
+    names = ["observatorium-thanos-store-shard-0", "observatorium-thanos-query-frontend", "observatorium-thanos-query",
+             "observatorium-api", "observatorium-thanos-metric-federation-rule", "memcached", "observatorium-api-cache-memcached"]
+    catalog = {name: {f"e-{name}"} for name in names}
+    documents = [("docs:components/store.md", "Store"), ("docs:components/query.md", "Querier/Query"),
+                 ("docs:components/query-frontend.md", "Query Frontend"), ("docs:observatorium.md", "Observatorium"),
+                 ("docs:guides/rule.md", "Rule"), ("docs:components/rule.md", "Rule (aka Ruler)"),
+                 ("catalog:resource/memcached", "memcached")]
+    about = Aboutness(documents, {}, HEAD_WORDS, catalogs=[catalog], catalog_pages=["catalog:resource/memcached"])
+    assert about.documents_about("e-observatorium-thanos-store-shard-0") == {"docs:components/store.md": 0.5}
+    assert set(about.documents_about("e-observatorium-thanos-query-frontend")) == {"docs:components/query-frontend.md"}
+    # two documents are titled "Rule": each is about the ruler less surely than one would be
+    rule = about.documents_about("e-observatorium-thanos-metric-federation-rule")
+    assert set(rule) == {"docs:guides/rule.md", "docs:components/rule.md"} and max(rule.values()) < 0.5
+    assert about.documents_about("e-observatorium-api") == {}  # "observatorium" is the catalog's shared word
+    assert about.documents_about("e-observatorium-api-cache-memcached") == {}  # memcached's page is the catalog's

@@ -104,6 +104,8 @@ def link(phrase: str, start: int, *ids: str, confidence: float = 1.0) -> NameLin
     ("Ledger Service is down. Which services that depend on it are affected?", ("DEPENDS_ON", "incoming")),
     ("Who owns Ledger Service?", ("OWNED_BY", "outgoing")),
     ("What are the dependencies of Ledger Service?", ("DEPENDS_ON", "outgoing")),
+    ("Ledger Service is slow. Which of its direct dependencies should we check?", ("DEPENDS_ON", "outgoing")),
+    ("Which services must be up for Ledger Service to work?", ("DEPENDS_ON", "outgoing")),
     ("Is there a runbook for Ledger Service?", ("HAS_RUNBOOK", "outgoing")),
 ])
 def test_the_ontology_phrases_decide_the_relationship_and_its_direction(intents, question, expected):

@@ -15,6 +15,11 @@ A catalog's entities are also matched by their short names: the words most of on
 share ("argocd-" on every Argo CD workload, "-server" on half) set aside on both sides, so ``argocd-repo-server`` is
 what a section titled "Repo Server" or a file ``dex.md`` is about (``catalog_short_names``).
 
+A catalog entity whose name holds a document's title or file name among other words is an instance of what that
+document describes: ``thanos-store-shard-0`` and ``payments-api-canary`` are deployments of the components
+documented as "Store" and ``payments-api.md`` (``instance_names``). That is weaker evidence (0.5, less when several
+documents carry that title) and never counts the catalog's own pages, whose titles are entity names.
+
 Titles are the weakest convention (a catalog's ``checkout`` and a README's "Checkout Service"); paths and links
 survive the corpora where titles fail. Built once per open index and shared by the relation signal, the graph
 scores and exploration (``QueryEngine.documents_about``).
@@ -25,7 +30,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from urllib.parse import unquote, urlsplit
 
 from graphrag_pipeline.lib.ids import normalize_name, subject_key, without_edge_words
@@ -42,6 +47,8 @@ MIN_LINK_SEGMENTS = 2
 CONTAINED_STRENGTH = 0.5
 CONTAINED_MIN_WORDS = 2
 CONTAINED_MAX_WORDS = 5
+# A catalog name that holds a document's title among other words names an instance of what the document describes.
+INSTANCE_STRENGTH = 0.5
 # A word is a catalog's shared word when at least half of its names, and three or more, have it.
 SHARED_NAME_SHARE = 0.5
 MIN_SHARED_NAMES = 3
@@ -124,6 +131,19 @@ def contained_names(title: str, ids_by_compact: Mapping[str, Iterable[str]]) -> 
     return found
 
 
+def instance_names(name: str, titles: Container[str], ignored: frozenset[str]) -> set[str]:
+    """The ``titles`` (compact titles or file names of documents) that a catalog name holds among other words
+    (``thanos-store-shard-0`` holds "store"): the longest such spans only ("queryfrontend", not also "query", in
+    ``thanos-query-frontend``), and never a span made only of ``ignored`` words (the words a catalog's names share,
+    generic head words)."""
+    words = _words(normalize_name(name))
+    spans = [(start, end) for start in range(len(words)) for end in range(start + 1, len(words) + 1)
+             if (start, end) != (0, len(words)) and "".join(words[start:end]) in titles
+             and not set(words[start:end]) <= ignored]
+    return {"".join(words[start:end]) for start, end in spans
+            if not any(s2 <= start and end <= e2 and (s2, e2) != (start, end) for s2, e2 in spans)}
+
+
 def catalog_short_names(names: Iterable[str]) -> tuple[dict[str, str], frozenset[str]]:
     """The words most of one catalog's names share (every Argo CD workload is ``argocd-…``, half are ``…-server``),
     and each name without them at its edges, spelled without separators (``argocd-repo-server`` → ``repo``): how
@@ -150,15 +170,18 @@ class Aboutness:
         head_words: Iterable[str],
         links: Iterable[tuple[str, Iterable[str]]] = (),
         catalogs: Iterable[Mapping[str, Iterable[str]]] = (),
+        catalog_pages: Iterable[str] = (),
     ):
         """``documents``: (doc id, title); ``ids_by_name``: name key → entity ids; ``links``: (link target as
         written, the entities a document at that target is about: the target's entity and the edge's source);
-        ``catalogs``: per catalog, its entity names → their ids (``catalog_short_names``)."""
+        ``catalogs``: per catalog, its entity names → their ids (``catalog_short_names``); ``catalog_pages``: the
+        documents that are a catalog's own entries."""
         head = frozenset(normalize_name(word) for word in head_words)
         documents = list(documents)
         segments_of = {doc_id: path_segments(doc_id, head) for doc_id, _ in documents}
         spread = Counter(key for keys in segments_of.values() for key in set(keys))
         # Short names of catalog entities, and the words set aside to read a title or a path segment as one.
+        catalogs = list(catalogs)
         shared: set[str] = set()
         ids_by_short: dict[str, set[str]] = {}
         ids_by_compact: dict[str, set[str]] = {}  # a catalog name of two words or more, spelled without separators
@@ -187,6 +210,7 @@ class Aboutness:
                 strength = 1.0 / (1.0 + math.log10(spread[key]))
                 for entity_id in [*ids_by_name.get(key, ()), *short_ids(key)]:
                     self._add(entity_id, doc_id, strength)
+        self._add_instances(documents, segments_of, catalogs, frozenset(catalog_pages), shared_words | head)
         # Links are matched on segments spelled without separators: a URL writes the runbook of KubePodCrashLooping
         # as ".../kubepodcrashlooping/", the corpus's file is "KubePodCrashLooping.md" (keyed "kube pod crash looping").
         compact_of = {doc_id: [_compact(key) for key in keys] for doc_id, keys in segments_of.items()}
@@ -206,6 +230,27 @@ class Aboutness:
             for entity_ids in entity_lists:
                 for entity_id in entity_ids:
                     self._add(entity_id, doc_id, strength)
+
+    def _add_instances(self, documents: list[tuple[str, str]], segments_of: Mapping[str, list[str]],
+                       catalogs: list[Mapping[str, Iterable[str]]], catalog_pages: frozenset[str],
+                       ignored: frozenset[str]) -> None:
+        """Each catalog entity is, in part, about the documents whose title or file name its name holds among other
+        words (``instance_names``): the less, the more documents carry that title."""
+        docs_by_title: dict[str, set[str]] = {}
+        for doc_id, title in documents:
+            if doc_id in catalog_pages:
+                continue
+            keys = {key for key in title_subjects(title, ignored) if len(_words(key)) <= CONTAINED_MAX_WORDS}
+            for key in {*keys, *segments_of[doc_id][-1:]}:
+                if _compact(key):
+                    docs_by_title.setdefault(_compact(key), set()).add(doc_id)
+        for catalog in catalogs:
+            for name, entity_ids in catalog.items():
+                for title in instance_names(name, docs_by_title, ignored):
+                    strength = INSTANCE_STRENGTH / (1.0 + math.log10(len(docs_by_title[title])))
+                    for doc_id in docs_by_title[title]:
+                        for entity_id in entity_ids:
+                            self._add(entity_id, doc_id, strength)
 
     def _add(self, entity_id: str, doc_id: str, strength: float) -> None:
         documents = self._of_entity.setdefault(entity_id, {})

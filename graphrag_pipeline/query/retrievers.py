@@ -236,7 +236,8 @@ class IndexReader:
                     ids = names.ids(subject) | names.ids(target)
                     links.append((target, ids))
         documents = self.state.query("SELECT doc_id, title FROM documents")
-        return Aboutness(documents, names.ids_by_name, self.config.generic_head_words, links, catalogs.values())
+        return Aboutness(documents, names.ids_by_name, self.config.generic_head_words, links, catalogs.values(),
+                         self._directory.catalog_pages)
 
 
 class ChunkDirectory:
