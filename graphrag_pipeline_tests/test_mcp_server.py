@@ -151,11 +151,15 @@ def test_a_question_over_the_length_limit_is_refused_at_once_with_a_message(inde
             refused = await session.call_tool("search_knowledge", {"question": "x" * 50_000})
             context = await session.call_tool("incident_context", {"subject": "checkout-service", "max_hops": 9})
             blank = await session.call_tool("search_knowledge", {"question": "\u00a0 "})
+            misspelt = await session.call_tool("search_knowledge", {"question": "checkout", "topk": 3})
             answered = await call(session, "graph_overview")
             tools = {tool.name: tool for tool in (await session.list_tools()).tools}
-            return refused, context, blank, answered, tools
+            return refused, context, blank, misspelt, answered, tools
 
-    refused, context, blank, answered, tools = anyio.run(scenario)
+    refused, context, blank, misspelt, answered, tools = anyio.run(scenario)
+    # an argument the tool does not have is refused, as the HTTP API refuses an unknown field, and the schema says so
+    assert misspelt.is_error and "topk" in misspelt.content[0].text
+    assert all(tool.input_schema.get("additionalProperties") is False for tool in tools.values())
     assert blank.is_error and "question is blank" in blank.content[0].text
     search = tools["search_knowledge"].input_schema["properties"]
     assert search["top_k"]["maximum"] == 50 and search["top_k"]["description"] and {"fusion", "results"} <= set(search)

@@ -15,8 +15,9 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
 from mcp.types import ToolAnnotations
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from graphrag_pipeline.query import OpenIndex
 from graphrag_pipeline.query.explore import entity_neighbourhood, graph_stats
@@ -59,10 +60,6 @@ def create_mcp(index: OpenIndex, caller: Callable[[], Caller], *, keys: KeyRing 
     if keys is not None:
         auth = {"token_verifier": KeyVerifier(keys),
                 "auth": AuthSettings(issuer_url=public_url, resource_server_url=public_url)}
-    server = MCPServer("graphrag_pipeline", instructions=(
-        "Search runbooks, wiki pages and service catalogs, and explore the knowledge graph built from them. "
-        "Results are limited to what your key may read."), **auth)
-
     config = index.settings.server
     slots = AnswerSlots(config, "graphrag-mcp")
 
@@ -79,7 +76,6 @@ def create_mcp(index: OpenIndex, caller: Callable[[], Caller], *, keys: KeyRing 
         except ValueError as error:
             raise ToolError(str(error)) from None
 
-    @server.tool(annotations=READ_ONLY)
     async def search_knowledge(
         question: Annotated[str, Field(description="the question, in the words of the corpus where possible",
                                        min_length=1, max_length=config.max_question_chars)],
@@ -100,7 +96,6 @@ def create_mcp(index: OpenIndex, caller: Callable[[], Caller], *, keys: KeyRing 
         return await answer(who, lambda: index.query(question, mode=mode, top_k=top_k, max_hops=max_hops,
                                                      fusion=fusion, results=results, groups=who.groups).to_dict())
 
-    @server.tool(annotations=READ_ONLY)
     async def incident_context(
         subject: Annotated[str, Field(description="a service's name, or a question about one",
                                       min_length=1, max_length=config.max_question_chars)],
@@ -120,7 +115,6 @@ def create_mcp(index: OpenIndex, caller: Callable[[], Caller], *, keys: KeyRing 
 
         return await answer(who, context)
 
-    @server.tool(annotations=READ_ONLY)
     async def explore_entity(
         entity_id: Annotated[str, Field(description="an entity id, as search results and contexts give them")],
         limit: Annotated[int, Field(description="relationships and documents listed at most", ge=1, le=1000)] = 50,
@@ -132,10 +126,23 @@ def create_mcp(index: OpenIndex, caller: Callable[[], Caller], *, keys: KeyRing 
             raise ToolError(f"no entity {entity_id!r}")
         return found
 
-    @server.tool(annotations=READ_ONLY)
     async def graph_overview() -> dict[str, Any]:
         """How many entities and relationships the graph holds, by type (what your key may see)."""
         who = caller()
         return await answer(who, lambda: {"version": index.version, **graph_stats(index, groups=who.groups)})
 
-    return server
+    tools = [strict_tool(tool) for tool in (search_knowledge, incident_context, explore_entity, graph_overview)]
+    return MCPServer("graphrag_pipeline", instructions=(
+        "Search runbooks, wiki pages and service catalogs, and explore the knowledge graph built from them. "
+        "Results are limited to what your key may read."), tools=tools, **auth)
+
+
+def strict_tool(fn: Callable[..., Any]) -> Tool:
+    """A read-only tool that refuses arguments it does not have, as the HTTP API refuses unknown fields (the SDK's
+    argument model ignores them: a misspelt ``topk`` would silently answer with the default), and says so in its
+    input schema (``additionalProperties: false``)."""
+    tool = Tool.from_function(fn, annotations=READ_ONLY)
+    loose = tool.fn_metadata.arg_model
+    strict = type(loose.__name__, (loose,), {"model_config": ConfigDict(**loose.model_config, extra="forbid")})
+    return tool.model_copy(update={"fn_metadata": tool.fn_metadata.model_copy(update={"arg_model": strict}),
+                                   "parameters": {**tool.parameters, "additionalProperties": False}})
