@@ -374,3 +374,25 @@ def test_a_deleted_documents_text_is_not_left_in_the_sqlite_files(tmp_path):
     for name in ("state.sqlite", "graph.sqlite"):
         stored = b"".join(path.read_bytes() for path in index.glob(f"{name}*"))
         assert SECRET.encode() not in stored and b"launch code" not in stored, name
+
+
+def test_a_deleted_documents_payload_is_not_left_in_the_published_vector_segments(tmp_path):
+    """`strings` found a deleted restricted document's id in the published vector segments: Qdrant Edge
+    marks a deleted point and leaves its payload (the document id) in the segment until an optimizer merges it. A publish after a
+    delete writes the collection anew from its live points."""
+    from graphrag_pipeline.lib.config import load_settings
+
+    from .conftest import build
+
+    def published_bytes() -> bytes:
+        return b"".join(path.read_bytes() for path in (index / "vectors" / "published").rglob("*") if path.is_file())
+
+    corpus, config = write_access_config(tmp_path)
+    settings = load_settings(config)
+    build(settings)
+    index = Path(settings.index_dir)
+    assert LAUNCH_DOC.encode() in published_bytes()
+    (corpus / "launch.md").unlink()
+    build(settings)
+    assert LAUNCH_DOC.encode() not in published_bytes()
+    assert not list((index / "vectors" / "collections").rglob("deleted-since-publish"))

@@ -16,6 +16,9 @@ and agents query from their own. So:
   version (and marks it ``restored-from`` that version until something writes to it). A collection nobody wrote
   since the last publish goes into the next version as hard links to the current version's files, which are never
   written once published (readers open copies): a build that only reads a collection copies it once, not twice.
+* A delete only marks points deleted: their payloads (document ids) stay in the segment files until an optimizer
+  merges the segment. So the first publish after a delete writes that collection's version as a new shard from the
+  live points (``deleted-since-publish`` marks it), and no published version carries a deleted document.
 * Shards are created without a write-ahead log. Every writing operation flushes before it returns (a ``session``, when
   it ends), and that flush is what makes it durable: the WAL would only add a second copy of every vector written
   since the shard was created, which doubled the size of the collections at rest and of every copy. Shards created
@@ -106,8 +109,9 @@ _VERSION_NAME = re.compile(r"^v(\d{6,})$")
 _EDGE_CONFIG_FILE = "edge_config.json"  # written by Qdrant Edge into every shard directory
 
 
-def _collection_config(dimension: int) -> EdgeConfig:
-    vector = EdgeVectorParams(size=dimension, distance=Distance.Cosine, datatype=VectorStorageDatatype.Float16)
+def _collection_config(dimension: int, float16: bool = True) -> EdgeConfig:
+    datatype = VectorStorageDatatype.Float16 if float16 else VectorStorageDatatype.Float32
+    vector = EdgeVectorParams(size=dimension, distance=Distance.Cosine, datatype=datatype)
     return EdgeConfig(vectors={VECTOR_NAME: vector}, wal_enabled=False)
 
 
@@ -340,6 +344,7 @@ class EdgeVectorStore:
         if not uuids:
             return
         with self._shard(collection, writing=True) as shard:
+            self._deleted_marker(collection).touch()  # before: a crash after the delete still purges at publish
             for start in range(0, len(uuids), BATCH_SIZE):
                 shard.update(UpdateOperation.delete_points(uuids[start : start + BATCH_SIZE]))
 
@@ -351,6 +356,7 @@ class EdgeVectorStore:
         """
         condition = Filter(must=[FieldCondition(key=DOC_IDS_KEY, match=MatchValue(doc_id))])
         with self._shard(collection, writing=True) as shard:
+            self._deleted_marker(collection).touch()
             shard.update(UpdateOperation.delete_points_by_filter(condition))
 
     def search(
@@ -526,15 +532,49 @@ class EdgeVectorStore:
                 shard.close()
 
     def _copy_working_shard(self, collection: str, target: Path, optimize: bool) -> None:
-        """Optimizes the working shard and copies it to ``target``; the caller holds the collection's lock."""
-        shard = EdgeShard.load(str(self._shard_dir(collection)))
+        """Optimizes the working shard and copies it to ``target``; the caller holds the collection's lock.
+
+        After a delete, ``target`` is a new shard written from the live points instead: a deleted point's payload
+        (a deleted document's id and title) stays in the segment files of the shard it was deleted from until an
+        optimizer happens to merge that segment, and a published version must not carry it."""
+        if self._deleted_marker(collection).exists():
+            self._write_live_points(collection, target)
+            source = target
+        else:
+            source = self._shard_dir(collection)
+        shard = EdgeShard.load(str(source))
         try:
             if optimize:
                 shard.optimize()
             shard.flush()
         finally:
             shard.close()
-        _copy_tree_sparse(self._shard_dir(collection), target)
+        if source != target:
+            _copy_tree_sparse(source, target)
+
+    def _write_live_points(self, collection: str, target: Path) -> None:
+        """A new shard at ``target`` holding the working shard's points, with its vector settings and payload
+        indexes; the caller holds the collection's lock."""
+        shard_dir = self._shard_dir(collection)
+        working = EdgeShard.load(str(shard_dir))
+        try:
+            points = _points(working)
+            indexed = sorted(working.info().payload_schema)
+        finally:
+            working.close()
+        config = json.loads((shard_dir / _EDGE_CONFIG_FILE).read_text(encoding="utf-8"))
+        dimension = _shard_dimension(shard_dir)
+        float16 = config["vectors"][VECTOR_NAME].get("datatype") == "float16"  # an earlier version's float32 stays
+        fresh = EdgeShard.create(str(target), _collection_config(dimension, float16))
+        try:
+            for field_name in indexed:
+                fresh.update(UpdateOperation.create_field_index(field_name, PayloadSchemaType.Keyword))
+            converted = [self._to_point(point, dimension) for point in points.values()]
+            for start in range(0, len(converted), BATCH_SIZE):
+                fresh.update(UpdateOperation.upsert_points(converted[start : start + BATCH_SIZE]))
+            fresh.flush()
+        finally:
+            fresh.close()
 
     def _retire_working_shard(self, collection: str) -> None:
         """Deletes a working shard that the current version holds a copy of; the caller holds the collection's
@@ -543,10 +583,15 @@ class EdgeVectorStore:
         shutil.rmtree(retired, ignore_errors=True)
         self._shard_dir(collection).rename(retired)
         self._restored_marker(collection).unlink(missing_ok=True)
+        self._deleted_marker(collection).unlink(missing_ok=True)  # the published copy holds live points only
         shutil.rmtree(retired)
 
     def _restored_marker(self, collection: str) -> Path:
         return self._collections_dir / collection / "restored-from"
+
+    def _deleted_marker(self, collection: str) -> Path:
+        """Present from a delete until a publish has written the collection without the deleted points."""
+        return self._collections_dir / collection / "deleted-since-publish"
 
     def _unwritten_since(self, collection: str, version: str | None) -> bool:
         """Whether the working shard was copied from ``version`` and nothing has written to it since."""
