@@ -396,3 +396,35 @@ def test_a_deleted_documents_payload_is_not_left_in_the_published_vector_segment
     build(settings)
     assert LAUNCH_DOC.encode() not in published_bytes()
     assert not list((index / "vectors" / "collections").rglob("deleted-since-publish"))
+
+
+
+def test_the_embedding_cache_forgets_the_vectors_of_deleted_and_edited_passages(tmp_path):
+    """The cache kept the vector of every text it was ever given, a deleted restricted passage's too. After chunks
+    go, the last corpus-wide stage cuts it back to the current chunks' texts; a build that removed none leaves it."""
+    from graphrag_pipeline.lib.config import load_settings
+    from graphrag_pipeline.lib.state import CHUNKS_REMOVED_MARK, StateStore
+
+    from .conftest import build
+
+    corpus, config = write_access_config(tmp_path)
+    settings = load_settings(config)
+    build(settings)
+
+    def cached_hashes() -> set[str]:
+        state = StateStore(Path(settings.index_dir) / "state.sqlite")
+        try:
+            assert state.stage_mark(CHUNKS_REMOVED_MARK) is None  # every build ends with the cache cut back
+            return {h for (h,) in state.query("SELECT text_hash FROM embedding_cache")}
+        finally:
+            state.close()
+
+    first = cached_hashes()
+    (corpus / "launch.md").unlink()
+    (corpus / "checkout.md").write_text(PUBLIC["checkout.md"] + "\ncheckout-service retries twice.\n")
+    build(settings)
+    second = cached_hashes()
+    gone, added = first - second, second - first
+    assert len(gone) == 2 and len(added) == 1  # launch's passage and checkout's old one; checkout's new one
+    build(settings)
+    assert cached_hashes() == second

@@ -19,7 +19,7 @@ import threading
 import time
 import zlib
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Collection, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -452,6 +452,8 @@ class StateStore:
         same transaction, so no moment shows it, and a crash anywhere after leaves it hidden."""
         with self.transaction() as conn:
             conn.executemany("DELETE FROM chunks WHERE doc_id = ?", [(d,) for d in doc_ids])
+            if doc_ids:
+                conn.execute("INSERT OR REPLACE INTO stage_marks VALUES (?, ?)", (CHUNKS_REMOVED_MARK, "1"))
             conn.executemany("DELETE FROM documents WHERE doc_id = ?", [(d,) for d in doc_ids])
             conn.executemany("DELETE FROM source_extractions WHERE doc_id = ?", [(d,) for d in doc_ids])
             conn.executemany("DELETE FROM document_access WHERE doc_id = ?", [(d,) for d in doc_ids])
@@ -508,7 +510,8 @@ class StateStore:
     def replace_chunks(self, doc: Document, shard: int, chunks: Sequence[Chunk], chunking_key: str) -> None:
         """Swap a document's chunks in one transaction and mark the document chunked at its current content."""
         with self.transaction() as conn:
-            conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc.doc_id,))
+            if conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc.doc_id,)).rowcount:
+                conn.execute("INSERT OR REPLACE INTO stage_marks VALUES (?, ?)", (CHUNKS_REMOVED_MARK, "1"))
             conn.executemany(
                 "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
@@ -551,6 +554,15 @@ class StateStore:
         rows = self._rows_with_ids("SELECT text_hash, vector FROM embedding_cache WHERE model = ? AND text_hash IN ({ids})",
                                    dict.fromkeys(text_hashes), model)
         return {h: np.frombuffer(v, dtype=np.float32) for h, v in rows}
+
+    def forget_embeddings(self, model: str, keep: Collection[str]) -> int:
+        """Drop the cached vectors of ``model`` whose text hashes are not in ``keep``, and every other model's;
+        returns how many went."""
+        gone = [(m, h) for m, h in self.query("SELECT model, text_hash FROM embedding_cache")
+                if m != model or h not in keep]
+        with self.transaction() as conn:
+            conn.executemany("DELETE FROM embedding_cache WHERE model = ? AND text_hash = ?", gone)
+        return len(gone)
 
     def cached_embedding_dimension(self, model: str) -> int | None:
         """Length of the vectors ``model`` made before, so a remote model need not be asked again."""
@@ -873,6 +885,9 @@ def build_lock(index_dir: Path) -> Iterator[None]:
                 del _held_build_locks[path]
                 os.close(held[0])
 
+
+# A stage mark: chunks were deleted or replaced since the embedding cache was last cut back to the chunks' texts.
+CHUNKS_REMOVED_MARK = "embedding_cache:chunks_removed"
 
 # The access group of a deleted document whose derived rows may still exist: no caller holds it (query.access refuses
 # it whatever groups a caller claims). Not NUL-prefixed: PostgreSQL text cannot hold NUL.

@@ -267,6 +267,11 @@ def test_embedding_cache(state: StateStoreProtocol) -> None:
     assert list(found) == ["h1"] and np.array_equal(found["h1"], vector)
     assert state.cached_embeddings("other-model", ["h1"]) == {}
     assert state.cached_embedding_dimension("model") == 3
+    state.cache_embeddings("model", {"h2": vector, "h3": vector})
+    state.cache_embeddings("old-model", {"h1": vector})
+    assert state.forget_embeddings("model", {"h1", "h3", "h9"}) == 2  # h2, and every other model's
+    assert list(state.cached_embeddings("model", ["h1", "h2", "h3"])) == ["h1", "h3"]
+    assert state.cached_embeddings("old-model", ["h1"]) == {}
 
 
 def test_elements_and_sync_bookkeeping(state: StateStoreProtocol) -> None:

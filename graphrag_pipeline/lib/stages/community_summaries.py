@@ -21,6 +21,7 @@ from graphrag_pipeline.lib.stages.communities import community_from_payload
 from graphrag_pipeline.lib.stages.report import StageReport, accounted
 from graphrag_pipeline.lib.stages.embeddings import chunk_embedding_text
 from graphrag_pipeline.lib.stages.vectors import GLOBAL_SHARD, embed_texts_cached, sync_points
+from graphrag_pipeline.lib.state import CHUNKS_REMOVED_MARK
 from graphrag_pipeline.lib.stores.protocols import COMMUNITIES
 from graphrag_pipeline.lib.workspace import Workspace
 
@@ -119,6 +120,7 @@ def summarize_communities(ws: Workspace) -> StageReport:
     report.counts.update(communities=len(communities), summarized=len(todo), reused=len(communities) - len(todo),
                          removed=len(removed))
     report.counts["withdrawn_forgotten"] = _forget_withdrawn(ws, summaries)
+    report.counts["embeddings_forgotten"] = _forget_unused_embeddings(ws, summaries)
     # Run metadata is for operators, not for the groups: only summaries written from unrestricted documents alone.
     restricted = ws.state.restricted_documents()
     report.sample = [
@@ -141,6 +143,21 @@ def _forget_withdrawn(ws: Workspace, summaries: dict[str, dict]) -> int:
         referenced.update(d for entity in page for d in entity.doc_ids)
         offset += len(page)
     return ws.state.forget_withdrawn(withdrawn - referenced)
+
+
+def _forget_unused_embeddings(ws: Workspace, summaries: dict[str, dict]) -> int:
+    """The embedding cache keeps the vector of every text it was given, so a deleted or edited passage's vector would
+    outlive the passage (a restricted one's too, and a vector says much about its text). After chunks went, the cache
+    is cut back to the current chunks' texts and the summaries' own texts, as ``community_vectors`` embeds them."""
+    if ws.state.stage_mark(CHUNKS_REMOVED_MARK) is None:
+        return 0
+    chunks = ws.state.chunks()
+    titles = ws.state.document_titles({chunk.doc_id for chunk in chunks})
+    keep = {content_hash(chunk_embedding_text(titles.get(chunk.doc_id, ""), chunk)) for chunk in chunks}
+    keep.update(content_hash(community_own_text(summary)) for summary in summaries.values())
+    forgotten = ws.state.forget_embeddings(ws.embedder.name, keep)
+    ws.state.record_stage_mark(CHUNKS_REMOVED_MARK, None)
+    return forgotten
 
 
 GRAPH_PAGE = 5000  # entities read at a time to find what the graph still holds of deleted documents
@@ -181,6 +198,11 @@ def _community_report(
     )
 
 
+def community_own_text(summary: dict) -> str:
+    """What a summary that cites no chunk is embedded from."""
+    return f"{summary['title']}\n{summary['summary']}"[:COMMUNITY_EMBEDDING_CHARS]
+
+
 def community_vectors(ws: Workspace, summaries: Sequence[dict], report: StageReport) -> np.ndarray:
     """Unit vectors for community summaries: the mean of the vectors of each one's first ``COMMUNITY_VECTOR_CHUNKS``
     cited chunks, taken from the embedding cache where the embeddings stage put them (a chunk missing there is
@@ -193,8 +215,7 @@ def community_vectors(ws: Workspace, summaries: Sequence[dict], report: StageRep
         ws, [chunk_embedding_text(document_titles.get(chunks[c].doc_id, ""), chunks[c]) for c in chunk_ids], report)))
     around = [[by_chunk[c] for c in s["chunk_ids"][:COMMUNITY_VECTOR_CHUNKS] if c in by_chunk] for s in summaries]
     uncited = [i for i, vectors in enumerate(around) if not vectors]
-    own_text = embed_texts_cached(
-        ws, [f"{summaries[i]['title']}\n{summaries[i]['summary']}"[:COMMUNITY_EMBEDDING_CHARS] for i in uncited], report)
+    own_text = embed_texts_cached(ws, [community_own_text(summaries[i]) for i in uncited], report)
     vectors = np.zeros((len(summaries), ws.embedding_dimension), dtype=np.float32)
     for row, vector in zip(uncited, own_text):
         vectors[row] = vector
