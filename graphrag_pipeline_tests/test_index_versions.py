@@ -98,6 +98,23 @@ def test_an_open_index_answers_from_the_version_published_after_a_rebuild(settin
     assert version_after == version_reopened != first_version
 
 
+@pytest.mark.parametrize("stages", [1, len(STAGES) - 1])  # sources read; everything but the last stage
+def test_answers_say_when_the_index_has_not_finished_taking_in_source_changes(settings, stages):
+    """Answers while a build writes (or after it stopped early) silently missed the edited documents: now they say
+    so, until a build has finished taking the changes in."""
+    build(settings)
+    with open_index(settings=settings, embedder=HashedEmbedder(VOCABULARY)) as index:
+        assert not index.query(QUESTION).index_updating and not index.context("etcd").index_updating
+        write_corpus(Path(settings.sources[0].path), AFTER)
+        build(settings, stages=stages)
+        assert index.query(QUESTION).index_updating and index.context("etcd").index_updating
+        assert "taking in source changes" in index.context("etcd").to_markdown()
+        build(settings)
+        assert not index.query(QUESTION).index_updating
+        build(settings)  # a build that finds no change
+        assert not index.query(QUESTION).index_updating
+
+
 def test_a_question_in_flight_keeps_its_version_while_the_next_one_moves_on(settings):
     build(settings)
     embedder = HoldingEmbedder()

@@ -111,7 +111,7 @@ def test_the_response_json_keeps_the_shape_agents_and_the_cli_read(engine):
     for mode in MODES:
         payload = json.loads(json.dumps(engine.query(QUESTION, mode=mode, top_k=5).to_dict()))
         assert set(payload) == {"question", "mode", "results", "entities_mentioned", "relationships",
-                                "fell_back_to_vector", "timings_ms"}
+                                "fell_back_to_vector", "timings_ms", "index_updating"}
         assert payload["question"] == QUESTION and payload["mode"] == mode and payload["fell_back_to_vector"] is False
         for result in payload["results"]:
             assert {key: type(value) for key, value in result.items()} == result_keys

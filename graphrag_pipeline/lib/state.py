@@ -402,6 +402,7 @@ class StateStore:
                 "INSERT INTO document_access VALUES (?, ?)",
                 [(d.doc_id, group) for d in documents for group in sorted(set(access_groups_of(d)))],
             )
+            _mark_sources_changed(conn, [f"{d.doc_id}:{d.content_hash}" for d in documents])
 
     def restricted_documents(self) -> dict[str, frozenset[str]]:
         """doc id -> the groups that may read it, for every document readable only by some groups."""
@@ -458,6 +459,7 @@ class StateStore:
             conn.executemany("DELETE FROM source_extractions WHERE doc_id = ?", [(d,) for d in doc_ids])
             conn.executemany("DELETE FROM document_access WHERE doc_id = ?", [(d,) for d in doc_ids])
             conn.executemany("INSERT INTO document_access VALUES (?, ?)", [(d, WITHDRAWN_GROUP) for d in doc_ids])
+            _mark_sources_changed(conn, [f"{d}:deleted" for d in doc_ids])
 
     def withdrawn_documents(self) -> set[str]:
         """The deleted documents still marked withdrawn."""
@@ -696,6 +698,13 @@ class StateStore:
         return {cid: (key, digest) for cid, key, digest in
                 self.query("SELECT chunk_id, extractor_key, payload_hash FROM merged_extractions")}
 
+    def behind_sources(self) -> bool:
+        """Whether source changes were recorded that the last finished build had not taken in: a build is writing
+        them, or stopped before its end."""
+        marks = dict(self.query("SELECT stage, mark FROM stage_marks WHERE stage IN (?, ?)",
+                                (SOURCES_CHANGED_MARK, CAUGHT_UP_MARK)))
+        return marks.get(SOURCES_CHANGED_MARK) != marks.get(CAUGHT_UP_MARK)
+
     def stage_mark(self, stage: str) -> str | None:
         rows = self.query("SELECT mark FROM stage_marks WHERE stage = ?", (stage,))
         return rows[0][0] if rows else None
@@ -886,12 +895,25 @@ def build_lock(index_dir: Path) -> Iterator[None]:
                 os.close(held[0])
 
 
+# Stage marks: a digest of the latest source changes recorded (raw_documents), and the digest the last finished build
+# had taken in when it started its last stage. While they differ, answers may miss or still show those changes.
+SOURCES_CHANGED_MARK = "index:sources_changed"
+CAUGHT_UP_MARK = "index:caught_up"
+
 # A stage mark: chunks were deleted or replaced since the embedding cache was last cut back to the chunks' texts.
 CHUNKS_REMOVED_MARK = "embedding_cache:chunks_removed"
 
 # The access group of a deleted document whose derived rows may still exist: no caller holds it (query.access refuses
 # it whatever groups a caller claims). Not NUL-prefixed: PostgreSQL text cannot hold NUL.
 WITHDRAWN_GROUP = "graphrag:withdrawn"
+
+
+def _mark_sources_changed(conn: Any, changes: Sequence[str]) -> None:
+    """Advance the sources mark in the transaction that records ``changes``: a digest of the mark before and of
+    them, so builds that record the same changes reach the same mark."""
+    row = conn.execute("SELECT mark FROM stage_marks WHERE stage = ?", (SOURCES_CHANGED_MARK,)).fetchone()
+    digest = hashlib.sha256("\n".join([row[0] if row else "", *changes]).encode()).hexdigest()[:SHORT_HASH_CHARS]
+    conn.execute("INSERT OR REPLACE INTO stage_marks VALUES (?, ?)", (SOURCES_CHANGED_MARK, digest))
 
 
 def access_groups_of(document: Document) -> list[str]:

@@ -89,6 +89,7 @@ class IncidentContext:
     dependents: list[ContextService]
     facts: list[ContextFact]
     truncated: dict[str, int] = field(default_factory=dict)  # what the caps left out, by kind
+    index_updating: bool = False  # as on ``QueryResponse``: source changes the index has not finished taking in
 
     def services(self) -> list[ContextService]:
         return [*self.subjects, *self.dependents, *self.dependencies]
@@ -99,8 +100,9 @@ class IncidentContext:
     def to_markdown(self) -> str:
         """A compact rendering to put into a prompt."""
         if not self.subjects:
-            return f"No service found for {self.subject!r}."
-        lines = [f"# Incident context: {', '.join(s.name for s in self.subjects)}"]
+            lines = [f"No service found for {self.subject!r}."]
+        else:
+            lines = [f"# Incident context: {', '.join(s.name for s in self.subjects)}"]
         for heading, services in (("Service", self.subjects), ("Dependents (blast radius)", self.dependents),
                                   ("Dependencies", self.dependencies)):
             if services:
@@ -108,6 +110,8 @@ class IncidentContext:
                 lines += [_service_line(service) for service in services]
         if self.truncated:
             lines += ["", "Left out by the caps: " + ", ".join(f"{n} {kind}" for kind, n in self.truncated.items())]
+        if self.index_updating:
+            lines += ["", "The index is taking in source changes: this context may miss them."]
         return "\n".join(lines)
 
 

@@ -106,6 +106,9 @@ class QueryResponse:
     relationships: list[Fact]  # the followed relationships first, then the others among the entities behind results
     fell_back_to_vector: bool  # no entity could be linked, so the answer is plain vector search
     timings_ms: dict[str, float] = field(default_factory=dict)
+    # Source changes are recorded that the index has not finished taking in (a build is writing them, or stopped
+    # early): this answer may miss them, or still show what they removed.
+    index_updating: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

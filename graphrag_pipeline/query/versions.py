@@ -12,12 +12,14 @@ from the current one.
 
 What a build publishes last is the `community_summaries` vectors, after every state and graph write, so once a build
 has finished the next question sees all of it. Questions asked *while* a build runs read the live state and graph
-files, as a freshly opened index would. A Qdrant server has one live view and no versions: there the engine's
+files, as a freshly opened index would, and their answers say so (``index_updating``: source changes are recorded that
+no finished build has taken in). A Qdrant server has one live view and no versions: there the engine's
 lookups are built once, and the index must be opened again to see a rebuild's new names.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -98,7 +100,8 @@ class OpenIndex:
     def query(self, question: str, **options: Any) -> QueryResponse:
         """``QueryEngine.query`` (same options) on the newest published version."""
         with self._answering() as engine:
-            return engine.query(question, **options)
+            response = engine.query(question, **options)
+        return dataclasses.replace(response, index_updating=self.state.behind_sources())
 
     def retrieve(self, question: str, **options: Any) -> Retrieval:
         """``QueryEngine.retrieve`` (same options) on the newest published version."""
@@ -108,7 +111,8 @@ class OpenIndex:
     def context(self, subject: str, **options: Any) -> IncidentContext:
         """``QueryEngine.context`` (same options) on the newest published version."""
         with self._answering() as engine:
-            return engine.context(subject, **options)
+            found = engine.context(subject, **options)
+        return dataclasses.replace(found, index_updating=self.state.behind_sources())
 
     def documents_about(self, entity_id: str) -> dict[str, float]:
         """``QueryEngine.documents_about`` on the newest published version."""

@@ -23,7 +23,9 @@ from graphrag_pipeline.lib.config import ENVIRONMENT_OVERRIDES, load_settings
 from graphrag_pipeline.lib.ids import content_hash, short_hash
 from graphrag_pipeline.lib.models import Chunk, ChunkExtraction, Document, EntityMention, Quarantined
 from graphrag_pipeline.lib.state import (
+    CAUGHT_UP_MARK,
     SCHEMA_VERSION,
+    SOURCES_CHANGED_MARK,
     UNSYNCED,
     WITHDRAWN_GROUP,
     SchemaVersionError,
@@ -227,6 +229,17 @@ def test_a_deleted_document_is_withdrawn_from_everyone_until_its_marks_are_forgo
     assert state.withdrawn_documents() == {"a"}
     assert state.forget_withdrawn(["a", "b"]) == 1
     assert state.restricted_documents() == {} and state.withdrawn_documents() == set()
+
+
+def test_recorded_source_changes_leave_the_state_behind_its_sources_until_a_build_catches_up(
+        state: StateStoreProtocol) -> None:
+    assert not state.behind_sources()  # a new index
+    state.upsert_documents([_document("a", "alpha")], {"a": 0})
+    assert state.behind_sources()
+    state.record_stage_mark(CAUGHT_UP_MARK, state.stage_mark(SOURCES_CHANGED_MARK))
+    assert not state.behind_sources()
+    state.delete_documents(["a"])
+    assert state.behind_sources()
 
 
 def test_chunks_replace_and_changed_content_rechunks(state: StateStoreProtocol) -> None:

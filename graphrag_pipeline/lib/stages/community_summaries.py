@@ -21,7 +21,7 @@ from graphrag_pipeline.lib.stages.communities import community_from_payload
 from graphrag_pipeline.lib.stages.report import StageReport, accounted
 from graphrag_pipeline.lib.stages.embeddings import chunk_embedding_text
 from graphrag_pipeline.lib.stages.vectors import GLOBAL_SHARD, embed_texts_cached, sync_points
-from graphrag_pipeline.lib.state import CHUNKS_REMOVED_MARK
+from graphrag_pipeline.lib.state import CAUGHT_UP_MARK, CHUNKS_REMOVED_MARK, SOURCES_CHANGED_MARK
 from graphrag_pipeline.lib.stores.protocols import COMMUNITIES
 from graphrag_pipeline.lib.workspace import Workspace
 
@@ -43,6 +43,7 @@ def summarize_communities(ws: Workspace) -> StageReport:
 
     report = StageReport("community_summaries")
     config = ws.settings.communities
+    taken_in = ws.state.stage_mark(SOURCES_CHANGED_MARK)  # what this, the last stage, finishes taking in
     with report.timed("diff"):  # which communities changed: their members' records and sources, hashed
         communities = [
             c for c in (community_from_payload(p) for p in ws.state.community_payloads().values())
@@ -121,6 +122,7 @@ def summarize_communities(ws: Workspace) -> StageReport:
                          removed=len(removed))
     report.counts["withdrawn_forgotten"] = _forget_withdrawn(ws, summaries)
     report.counts["embeddings_forgotten"] = _forget_unused_embeddings(ws, summaries)
+    ws.state.record_stage_mark(CAUGHT_UP_MARK, taken_in)
     # Run metadata is for operators, not for the groups: only summaries written from unrestricted documents alone.
     restricted = ws.state.restricted_documents()
     report.sample = [
