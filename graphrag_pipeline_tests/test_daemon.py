@@ -9,6 +9,7 @@ timeout, or the test fails with the daemon's log and the runs it launched.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -39,6 +40,10 @@ CHECKOUT = "# Checkout Service\n\nCheckout Service depends on {dependency}.\n\nC
 QUARTZ = "# Quartz Gateway\n\nQuartz Gateway depends on Checkout Service.\n\nQuartz Gateway is owned by Team Heron.\n"
 BILLING = "<p>Billing Worker depends on {dependency}.</p><p>Billing Worker is owned by Team Heron.</p>"
 REFUND = "<p>Refund Service depends on Billing Worker.</p><p>Refund Service is owned by Team Falcon.</p>"
+SECRET = "ORCA-4471"
+OVERRIDE = ("---\naccess_groups: [sre-leads]\n---\n# Vault Cache override\n\nVault Cache depends on Quartz Gateway "
+            f"during an override. The override code is {SECRET}.\n")
+OVERRIDE_QUESTION = "What is the override code of the Vault Cache, and what does it depend on during an override?"
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +64,7 @@ def project(tmp_path_factory, confluence) -> Path:
     corpus = root / "runbooks"
     corpus.mkdir()
     (corpus / "checkout.md").write_text(CHECKOUT.format(dependency="Ledger Store"))
+    (corpus / "override.md").write_text(OVERRIDE)
     for name in ("NodeRAIDDegraded.md", "KubePodCrashLooping.md"):
         shutil.copy(FIXTURES / "runbooks" / name, corpus / name)
     (root / "graphrag.yaml").write_text(yaml.safe_dump({
@@ -156,6 +162,20 @@ def answer_documents(project: Path, question: str) -> list[str]:
         return [result.doc_id for result in index.query(question, top_k=5).results]
 
 
+def public_answer(project: Path, groups: tuple[str, ...] = ()) -> str:
+    """Everything a caller of ``groups`` is answered about the restricted override, in every mode and as a context,
+    as JSON ("" while no index is published yet)."""
+    try:
+        index = open_index(settings=load_settings(project / "graphrag.yaml"))
+    except FileNotFoundError:
+        return ""
+    with index:
+        answers = [index.query(OVERRIDE_QUESTION, mode=mode, groups=groups).to_dict()
+                   for mode in ("vector", "keyword", "graph", "hybrid", "global")]
+        answers.append(index.context("Vault Cache", groups=groups).to_dict())
+    return json.dumps(answers)
+
+
 @contextmanager
 def _in_directory(path: Path) -> Iterator[None]:
     previous = Path.cwd()
@@ -187,11 +207,15 @@ def idle(project: Path) -> bool:
     return all(any(state in run for state in ended) for run in launched_runs(project))
 
 
-def wait_for(project: Path, daemon: subprocess.Popen, what: str, condition: Callable[[], bool]) -> None:
+def wait_for(project: Path, daemon: subprocess.Popen, what: str, condition: Callable[[], bool],
+             probe: Callable[[], None] = lambda: None) -> None:
+    """Until ``condition`` holds, calling ``probe`` between checks (what a caller sees while the daemon's runs
+    write)."""
     started = time.monotonic()
     deadline = started + PHASE_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         assert daemon.poll() is None, f"dagster-daemon exited with {daemon.returncode}:\n{_log_tail(project)}"
+        probe()
         if condition():
             print(f"{what}: {time.monotonic() - started:.0f} s")  # a figure for the README (pytest -s shows it)
             return
@@ -226,6 +250,7 @@ def first_sync(project, pages, daemon) -> Path:
 def test_the_daemon_builds_the_index_from_both_sources_with_no_run_launched_by_hand(first_sync, pages):
     assert "runbooks:checkout.md" in answer_documents(first_sync, "Which services does Checkout Service depend on?")
     assert f"wiki:{pages['billing']}" in answer_documents(first_sync, "Who owns the Billing Worker?")
+    assert SECRET in public_answer(first_sync, groups=("sre-leads",)) and SECRET not in public_answer(first_sync)
     runs = launched_runs(first_sync)
     assert any(run.startswith("refresh_shards [SUCCESS]") for run in runs), runs
     # The corpus-wide chain was requested by the automation sensor, not by a job anyone launched.
@@ -240,6 +265,7 @@ def second_sync(first_sync, confluence, pages, daemon) -> Path:
     (corpus / "quartz.md").write_text(QUARTZ)
     (corpus / "checkout.md").write_text(CHECKOUT.format(dependency="Vault Cache"))
     (corpus / "NodeRAIDDegraded.md").unlink()
+    (corpus / "override.md").unlink()
     pages["refund"] = confluence.add_page("OPS", "Refund Service", REFUND)
     confluence.edit_page(pages["billing"], body=BILLING.format(dependency="Vault Cache"))
     confluence.delete_page(pages["retired"])
@@ -247,10 +273,14 @@ def second_sync(first_sync, confluence, pages, daemon) -> Path:
     wanted = {("quartz gateway", "DEPENDS_ON", "checkout service"), ("checkout service", "DEPENDS_ON", "vault cache"),
               ("refund service", "DEPENDS_ON", "billing worker"), ("billing worker", "DEPENDS_ON", "vault cache")}
     gone = {("checkout service", "DEPENDS_ON", "ledger store"), ("billing worker", "DEPENDS_ON", "ledger store")}
-    deleted = {"runbooks:NodeRAIDDegraded.md", f"wiki:{pages['retired']}"}
+    deleted = {"runbooks:NodeRAIDDegraded.md", "runbooks:override.md", f"wiki:{pages['retired']}"}
+    public_probes: list[bool] = []  # whether the deleted restricted document's secret was in a public answer
     wait_for(project, daemon, "the added, edited and deleted documents in the graph",
              lambda: wanted <= facts(project) and not gone & facts(project)
-             and not any(deleted & docs for docs in entity_documents(project).values()) and idle(project))
+             and not any(deleted & docs for docs in entity_documents(project).values()) and idle(project),
+             probe=lambda: public_probes.append(SECRET in public_answer(project)))
+    print(f"public answers probed while the daemon synced: {len(public_probes)}")
+    assert not any(public_probes), f"{sum(public_probes)} of {len(public_probes)} public answers held the secret"
     return project
 
 
