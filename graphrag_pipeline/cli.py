@@ -36,16 +36,21 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     query = commands.add_parser("query", parents=[config_flag, index_dir_flag], help="ask a question")
-    query.add_argument("question")
-    query.add_argument("--mode", choices=MODES, default="hybrid")
-    query.add_argument("--top-k", type=int, default=None)
-    query.add_argument("--max-hops", type=int, default=None)
-    query.add_argument("--fusion", choices=FUSIONS, default=None)
+    query.add_argument("question", help="the question, in the words of the corpus where possible")
+    query.add_argument("--mode", choices=MODES, default="hybrid",
+                       help="hybrid (default: every signal fused), vector, keyword (BM25), graph, or global "
+                            "(community summaries, for broad questions)")
+    query.add_argument("--top-k", type=int, default=None, help="results (default: retrieval.top_k, 10)")
+    query.add_argument("--max-hops", type=int, default=None,
+                       help="graph hops from the question's entities, 0-3 (default: retrieval.max_hops, 2)")
+    query.add_argument("--fusion", choices=FUSIONS, default=None,
+                       help="how hybrid mode combines its signals: weighted sum or reciprocal-rank fusion "
+                            "(default: retrieval.fusion, weighted)")
     query.add_argument("--results", choices=GRANULARITIES, default=None,
                        help="documents (default: distinct documents with their best passages) or chunks")
     query.add_argument("--group", action="append", default=[], dest="groups",
                        help="an access group of the caller (repeatable); without any, only unrestricted documents")
-    query.add_argument("--json", action="store_true")
+    query.add_argument("--json", action="store_true", help="the whole response as JSON (scores, paths, facts)")
 
     context = commands.add_parser(
         "context", parents=[config_flag, index_dir_flag],
@@ -58,10 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     context.add_argument("--json", action="store_true", help="JSON instead of Markdown")
 
     graph = commands.add_parser("graph", parents=[config_flag, index_dir_flag], help="explore the graph")
-    graph.add_argument("what", choices=("stats", "entities", "relationships"))
-    graph.add_argument("--offset", type=int, default=0)
-    graph.add_argument("--limit", type=int, default=20)
-    graph.add_argument("--order-by", choices=("mention_count", "name"), default="mention_count")
+    graph.add_argument("what", choices=("stats", "entities", "relationships"), help="what to list")
+    graph.add_argument("--offset", type=int, default=0, help="rows to skip (default: 0)")
+    graph.add_argument("--limit", type=int, default=20, help="rows to list (default: 20)")
+    graph.add_argument("--order-by", choices=("mention_count", "name"), default="mention_count",
+                       help="entities' order (default: mention_count)")
     graph.add_argument("--group", action="append", default=[], dest="groups",
                        help="an access group of the caller (repeatable); without any, only unrestricted documents")
     graph.add_argument("--json", action="store_true", help="JSON instead of a table")
@@ -88,18 +94,19 @@ def _parser() -> argparse.ArgumentParser:
 
     export = commands.add_parser("export", parents=[config_flag, index_dir_flag],
                                  help="write the index as Parquet tables and a manifest (an operator's backup)")
-    export.add_argument("directory")
+    export.add_argument("directory", help="where to write the tables and the manifest (created if missing)")
     export.add_argument("--all", action="store_true", dest="everything",
                         help="required: the export holds every document's text, restricted ones included")
     load = commands.add_parser("import", parents=[config_flag, index_dir_flag],
                                help="load an export into the configured backends, without embedding or extracting")
-    load.add_argument("directory")
+    load.add_argument("directory", help="an export's directory")
     load.add_argument("--json", action="store_true", help="JSON report")
 
     # eval builds its own index (in --work-dir or a temporary folder), so it takes no --index-dir.
     evaluate = commands.add_parser("eval", parents=[config_flag],
                                    help="build an index for an eval-set folder and score retrieval")
-    evaluate.add_argument("set_dir")
+    evaluate.add_argument("set_dir", help="an eval-set folder: corpus.jsonl, questions.jsonl, optional "
+                                           "extraction.jsonl and catalog/")
     evaluate.add_argument("--use-extraction", action="store_true", help="use the set's extraction.jsonl")
     evaluate.add_argument("--work-dir", help="keep the index here instead of a temporary folder")
     evaluate.add_argument("--json", action="store_true", help="JSON report, and no progress bar")

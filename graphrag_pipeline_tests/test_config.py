@@ -1,7 +1,14 @@
 import pytest
 from pydantic import ValidationError
 
-from graphrag_pipeline.lib.config import CatalogSource, ConfluenceSource, EvalSetSource, FolderSource, load_settings
+from graphrag_pipeline.lib.config import (
+    CatalogSource,
+    ConfigError,
+    ConfluenceSource,
+    EvalSetSource,
+    FolderSource,
+    load_settings,
+)
 
 
 def test_defaults_load_and_validate():
@@ -31,10 +38,35 @@ def test_each_source_kind_validates_to_its_own_model_and_a_source_without_a_kind
     assert [type(source) for source in settings.sources] == [FolderSource, EvalSetSource, ConfluenceSource,
                                                              CatalogSource]
     assert settings.with_overrides(shard_count=8).sources == settings.sources  # dumped and validated again
-    with pytest.raises(ValidationError, match="expected tags: 'folder', 'eval_set', 'confluence', 'catalog'"):
+    with pytest.raises(ConfigError, match="expected tags: 'folder', 'eval_set', 'confluence', 'catalog'"):
         load_settings(sources=[{"name": "share", "kind": "sharepoint", "path": "/srv/share"}])
-    with pytest.raises(ValidationError, match="source 'bench': path is required for a eval_set source"):
+    with pytest.raises(ConfigError, match="source 'bench': path is required for a eval_set source"):
         load_settings(sources=[{"name": "bench", "kind": "eval_set"}])
+
+
+def test_a_misspelt_key_is_named_with_the_nearest_known_one_and_a_bad_value_with_its_key(tmp_path):
+    config = tmp_path / "graphrag.yaml"
+    config.write_text("retrival:\n  top_k: 3\nsources:\n  - {name: a, kind: folder, path: ., max_document_byte: 3}\n"
+                      "chunking: {size: 0}\nllm: {api_key_env: [1]}\n")
+    with pytest.raises(ConfigError) as refused:
+        load_settings(config)
+    message = str(refused.value)
+    assert message.startswith(f"{config}: invalid configuration:")
+    assert "  - retrival: unknown key; did you mean retrieval?" in message
+    assert "  - sources[0].max_document_byte: unknown key; did you mean sources[0].max_document_bytes?" in message
+    assert "  - chunking.size: Input should be greater than or equal to 16 (got 0)" in message
+    assert "llm.api_key_env" in message and "[1]" not in message  # a value under a key's name is never echoed
+    assert "pydantic" not in message and "http" not in message  # no dump, no documentation URL
+
+
+def test_a_missing_configuration_file_says_which_path_and_where_it_came_from(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=rf"configuration file nothere.yaml \(the path given\) does not exist "
+                                                rf"in {tmp_path}"):
+        load_settings("nothere.yaml")
+    monkeypatch.setenv("GRAPHRAG_CONFIG", str(tmp_path / "gone.yaml"))
+    with pytest.raises(FileNotFoundError, match=r"gone.yaml \(\$GRAPHRAG_CONFIG\) does not exist"):
+        load_settings()
 
 
 @pytest.mark.parametrize("bad", [

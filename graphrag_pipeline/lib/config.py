@@ -6,14 +6,25 @@ The packaged ``config/default.yaml`` holds the defaults (ontology, spotters, ret
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping, Union, get_args
+from typing import Annotated, Any, Literal, Mapping, Sequence, Union, get_args, get_origin
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 
@@ -614,6 +625,10 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
         config_path = "graphrag.yaml"
     if config_path is not None:
         config_file = Path(config_path)
+        if not config_file.is_file():
+            named_by = "the path given" if path else "$GRAPHRAG_CONFIG"
+            raise FileNotFoundError(f"configuration file {config_file} ({named_by}) does not exist"
+                                    + (f" in {Path.cwd()}" if not config_file.is_absolute() else ""))
         user = _read_yaml(config_file.read_text(encoding="utf-8")) or {}
         if not isinstance(user, dict):
             raise ValueError(f"{config_file}: expected a mapping at the top level")
@@ -622,7 +637,81 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
     data = deep_merge(data, environment_overrides())
     if overrides:
         data = deep_merge(data, overrides)
-    return PipelineSettings.model_validate(data)
+    try:
+        return PipelineSettings.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(error, config_path) from None
+
+
+class ConfigError(ValueError):
+    """Settings that do not validate, one line per problem, naming the key (and the known key nearest a misspelt
+    one) rather than pydantic's dump."""
+
+    def __init__(self, error: ValidationError, config_path: str | os.PathLike[str] | None = None):
+        where = f"{config_path}: " if config_path else ""
+        problems = [_problem(detail) for detail in error.errors(include_url=False)]
+        super().__init__(f"{where}invalid configuration:\n" + "\n".join(f"  - {line}" for line in problems))
+
+
+def _problem(detail: Mapping[str, Any]) -> str:
+    key = _walk(detail["loc"])[0] or "(top level)"
+    if detail["type"] == "extra_forbidden":
+        parent, known = _walk(detail["loc"][:-1])
+        nearest = difflib.get_close_matches(str(detail["loc"][-1]), known, n=1, cutoff=0.6)
+        hint = f"; did you mean {_joined(parent, nearest[0])}?" if nearest else (
+            f"; known keys here: {', '.join(sorted(known))}" if known else "")
+        return f"{key}: unknown key{hint}"
+    given = detail.get("input")
+    secret = any(word in key.lower() for word in ("token", "password", "secret", "key"))
+    shown = (f" (got {given!r})" if isinstance(given, (str, int, float, bool)) and not secret
+             and len(repr(given)) <= 60 else "")
+    return f"{key}: {detail['msg']}{shown}"
+
+
+def _joined(parent: str, key: str) -> str:
+    return f"{parent}.{key}" if parent else key
+
+
+def _walk(location: Sequence[str | int]) -> tuple[str, list[str]]:
+    """A validation error's location as the user writes it (``sources[0].path``: a tagged union's member name left
+    out), and the keys the settings accept there."""
+    annotation: Any = PipelineSettings
+    shown = ""
+    for part in location:
+        if isinstance(part, int):
+            annotation, shown = _unwrap(annotation, None), f"{shown}[{part}]"
+            continue
+        member = _unwrap(annotation, part)
+        if member is not _unwrap(annotation, None):  # the part names a union's member, not a key
+            annotation = member
+            continue
+        annotation = _unwrap(annotation, None)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel) and part in annotation.model_fields:
+            annotation = annotation.model_fields[part].annotation
+        shown = _joined(shown, part)
+    annotation = _unwrap(annotation, None)
+    known = list(annotation.model_fields) if isinstance(annotation, type) and issubclass(annotation, BaseModel) else []
+    return shown, known
+
+
+def _unwrap(annotation: Any, part: str | int | None) -> Any:
+    """The model an annotation holds at a location part: inside Annotated, tuples and lists, and the member of a
+    tagged union the part names (a source's ``kind``)."""
+    while True:
+        origin, args = get_origin(annotation), get_args(annotation)
+        if origin is Annotated:
+            annotation = args[0]
+        elif origin in (tuple, list) and args:
+            annotation = args[0]
+        elif origin is Union:
+            tagged = {meta.tag: arg for arg in args if get_origin(arg) is Annotated
+                      for meta in get_args(arg)[1:] if isinstance(meta, Tag)}
+            if part in tagged:
+                annotation = tagged[part]
+            else:
+                return annotation
+        else:
+            return annotation
 
 
 def environment_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -645,11 +734,12 @@ def environment_overrides(environ: Mapping[str, str] | None = None) -> dict[str,
 
 def _resolve_paths(user: dict[str, Any], base: Path) -> dict[str, Any]:
     resolved = dict(user)
-    if "index_dir" in resolved:
+    if isinstance(resolved.get("index_dir"), str):
         resolved["index_dir"] = str((base / resolved["index_dir"]).resolve())
-    if "sources" in resolved:
+    if isinstance(resolved.get("sources"), list):  # anything else is left to validation to refuse
         resolved["sources"] = [
-            {**source, "path": str((base / source["path"]).resolve())} if "path" in source else source
+            {**source, "path": str((base / source["path"]).resolve())}
+            if isinstance(source, dict) and isinstance(source.get("path"), str) else source
             for source in resolved["sources"]
         ]
     return resolved
