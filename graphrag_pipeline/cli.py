@@ -262,12 +262,15 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     from graphrag_pipeline.lib.config import load_settings
+    from graphrag_pipeline.lib.sources.registry import check_local_paths
     from graphrag_pipeline.lib.stages import build_everything
     from graphrag_pipeline.lib.workspace import Workspace
 
     overrides = {"index_dir": args.index_dir} if args.index_dir else {}
+    settings = load_settings(args.config, **overrides)
+    check_local_paths(settings.sources)
     bar = _progress_bar(args)
-    workspace = Workspace(load_settings(args.config, **overrides), progress_listeners=[bar] if bar is not None else [])
+    workspace = Workspace(settings, progress_listeners=[bar] if bar is not None else [])
     try:
         with workspace.state.whole_build():
             reports = build_everything(workspace)

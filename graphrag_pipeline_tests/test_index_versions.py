@@ -3,6 +3,7 @@ an index whose first build has not published it yet refused with a clear error."
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from graphrag_pipeline import cli
 from graphrag_pipeline.lib.config import PipelineSettings
 from graphrag_pipeline.lib.stages import STAGES, all_shards, build_everything
+from graphrag_pipeline.lib.state import build_lock
 from graphrag_pipeline.lib.workspace import Workspace
 from graphrag_pipeline.query import IndexNotFoundError, IndexNotPublishedError, open_index
 
@@ -150,7 +152,19 @@ def test_an_index_whose_first_build_has_not_published_is_refused_with_a_clear_er
     assert cli.main(["--index-dir", settings.index_dir, "query", QUESTION, "--mode", "global"]) == 2
     error = capsys.readouterr().err
     assert error.startswith("graphrag-pipeline: the index at ") and "`graphrag-pipeline build`" in error
-    assert "Traceback" not in error
+    assert "no build is running, so the last one stopped before the end" in error and "Traceback" not in error
+    with build_lock(Path(settings.index_dir)):  # while a build holds the index, that is what the error says
+        with pytest.raises(IndexNotPublishedError, match=rf"its first build is running \(pid {os.getpid()} since"):
+            open_index(settings=settings, embedder=HashedEmbedder(VOCABULARY))
+
+
+def test_a_build_of_a_missing_folder_fails_before_it_creates_an_index(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("GRAPHRAG_CONFIG", raising=False)
+    config = tmp_path / "graphrag.yaml"
+    config.write_text("index_dir: index\nsources:\n  - {name: docs, kind: folder, path: ./missing}\n")
+    assert cli.main(["build", "--config", str(config)]) == 2
+    assert f"source 'docs': {tmp_path / 'missing'} does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "index").exists()  # nothing a question would take for a build that is running
 
 
 @pytest.mark.slow  # three rebuilds while four threads ask

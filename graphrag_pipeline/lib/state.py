@@ -895,6 +895,23 @@ def build_lock(index_dir: Path) -> Iterator[None]:
                 os.close(held[0])
 
 
+def build_holder(index_dir: Path) -> str | None:
+    """Who holds the index's build lock (as its holder wrote itself down), or None when no process does; a server
+    state (no lock file) gives None."""
+    path = Path(index_dir) / BUILD_LOCK_FILE
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.pread(descriptor, 1000, 0).decode("utf-8", "replace").strip() or "holder unknown"
+    finally:
+        os.close(descriptor)  # closing drops a shared lock taken here
+    return None
+
+
 # Stage marks: a digest of the latest source changes recorded (raw_documents), and the digest the last finished build
 # had taken in when it started its last stage. While they differ, answers may miss or still show those changes.
 SOURCES_CHANGED_MARK = "index:sources_changed"

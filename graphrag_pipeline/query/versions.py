@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from graphrag_pipeline.lib.config import PipelineSettings
-from graphrag_pipeline.lib.state import StateStore
+from graphrag_pipeline.lib.state import StateStore, build_holder
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES, Embedder, GraphStore, VectorStore
 from graphrag_pipeline.query.context import IncidentContext
 from graphrag_pipeline.query.engine import QueryEngine
@@ -47,9 +47,14 @@ class IndexNotPublishedError(IndexNotFoundError):
     """The index exists but no build has published all of it yet (its first build is running, or failed)."""
 
     def __init__(self, index_dir: str | Path, detail: str):
+        holder = build_holder(Path(index_dir))
+        if holder is None:
+            state = ("no build is running, so the last one stopped before the end (its output says why): run "
+                     "`graphrag-pipeline build` (or the Dagster job) again")
+        else:
+            state = f"its first build is running ({holder}): wait for it to finish"
         super().__init__(f"the index at {Path(index_dir).resolve()} has no published version to answer from "
-                         f"({detail}): its first build is still running or stopped early; wait for it to finish, "
-                         f"or run `graphrag-pipeline build`")
+                         f"({detail}): {state}")
 
 
 @dataclass(eq=False)

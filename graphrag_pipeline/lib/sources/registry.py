@@ -4,7 +4,8 @@ sensor in ``defs/ingest/automation.py``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterable
 
 from graphrag_pipeline.lib.config import BaseSource
 from graphrag_pipeline.lib.sources.catalog import CatalogReader
@@ -45,3 +46,12 @@ def poll_seconds(source: BaseSource) -> int:
     if source.poll_interval_seconds is not None:
         return source.poll_interval_seconds
     return reader_for(source).default_poll_seconds
+
+
+def check_local_paths(sources: Iterable[BaseSource]) -> None:
+    """Refuse a build whose folder, eval-set or catalog path does not exist before it creates anything: a first build
+    that failed at once used to leave a state without a graph, which every question then took for a running build."""
+    for source in sources:
+        path = getattr(source, "path", None)
+        if path is not None and not Path(path).exists():
+            raise FileNotFoundError(f"source {source.name!r}: {path} does not exist")
