@@ -192,7 +192,7 @@ def _run(args: argparse.Namespace) -> int:
                 text = _format_page(payload, "entities", ("name", "type", "mention_count", "documents", "description"))
             else:
                 payload = explore.list_relationships(index, groups=args.groups, offset=args.offset, limit=args.limit)
-                text = _format_page(payload, "relationships", ("subject", "predicate", "object", "weight", "documents"))
+                text = _format_page(payload, "relationships", ("source", "type", "target", "weight", "documents"))
             _print(payload, args.json, text)
     return 0
 

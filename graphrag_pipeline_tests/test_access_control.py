@@ -250,8 +250,8 @@ def test_exploring_the_graph_shows_only_what_readable_documents_say(index):
 
     relationships = explore.list_relationships(index, limit=1000)["relationships"]
     assert not leaked(json.dumps(relationships))
-    assert {(r["subject"], r["object"]) for r in relationships} >= {("checkout-service", "payments-api")}
-    assert ("checkout-service", "ledger-db") not in {(r["subject"], r["object"]) for r in relationships}
+    assert {(r["source"], r["target"]) for r in relationships} >= {("checkout-service", "payments-api")}
+    assert ("checkout-service", "ledger-db") not in {(r["source"], r["target"]) for r in relationships}
     # Offsets count what the caller sees: the second page starts where the first ended.
     first, second = (explore.list_entities(index, offset=o, limit=3, order_by="name")["entities"] for o in (0, 3))
     six = explore.list_entities(index, limit=6, order_by="name")["entities"]

@@ -179,9 +179,11 @@ def test_graph_relationships_name_both_ends(config, tmp_path):
     assert completed.returncode == 0, completed.stderr
     relationships = json.loads(completed.stdout)["relationships"]
     assert relationships
-    assert all(r["subject"] and r["predicate"] and r["object"] for r in relationships)
-    assert not any(r["subject"].startswith("ent-") or r["object"].startswith("ent-") for r in relationships)
-    assert any({r["subject"], r["object"]} == {"Acme Robotics", "Mirela Vantongeren"} for r in relationships)
+    assert all(r["source"] and r["type"] and r["target"] for r in relationships)
+    assert not any(r["source"].startswith("ent-") or r["target"].startswith("ent-") for r in relationships)
+    assert any({r["source"], r["target"]} == {"Acme Robotics", "Mirela Vantongeren"} for r in relationships)
+    # the shape of a query's facts: one vocabulary in the CLI, HTTP and MCP
+    assert set(relationships[0]) >= {"source", "type", "target", "predicates", "weight"}
 
 
 @pytest.mark.slow
@@ -210,12 +212,12 @@ def test_graph_tables_without_json_align_their_columns(config, capsys):
     header, *rows = capsys.readouterr().out.splitlines()  # a short page: no next-page hint
     relationships = run_main(capsys, "--config", str(config), "graph", "relationships", "--limit", "1000",
                              "--json")["relationships"]
-    assert header.split() == ["subject", "predicate", "object", "weight", "documents"]
-    predicate_at, object_at = header.index("predicate"), header.index("object")
+    assert header.split() == ["source", "type", "target", "weight", "documents"]
+    predicate_at, object_at = header.index("type"), header.index("target")
     for row, relationship in zip(rows, relationships, strict=True):
-        assert row.startswith(relationship["subject"])
-        assert row[predicate_at:].startswith(relationship["predicate"] + " ")
-        assert row[object_at:].startswith(relationship["object"] + " ")
+        assert row.startswith(relationship["source"])
+        assert row[predicate_at:].startswith(relationship["type"] + " ")
+        assert row[object_at:].startswith(relationship["target"] + " ")
 
     assert cli.main(["--config", str(config), "graph", "entities", "--offset", "900"]) == 0
     assert capsys.readouterr().out == "no entities at offset 900\n"

@@ -134,8 +134,8 @@ def test_a_key_without_the_group_sees_nothing_only_a_restricted_document_supplie
     # A public entity's neighbourhood holds only the relationships and wording public documents state.
     checkout = names["checkout-service"]
     assert leaked(public.get(f"/v1/entities/{checkout}").text) == set()
-    public_ends = {r["object"] for r in public.get(f"/v1/entities/{checkout}").json()["relationships"]}
-    oncall_ends = {r["object"] for r in oncall.get(f"/v1/entities/{checkout}").json()["relationships"]}
+    public_ends = {r["target"] for r in public.get(f"/v1/entities/{checkout}").json()["relationships"]}
+    oncall_ends = {r["target"] for r in oncall.get(f"/v1/entities/{checkout}").json()["relationships"]}
     assert "ledger-db" in oncall_ends - public_ends  # only the restricted page relates the two
 
 

@@ -8,7 +8,7 @@ would. Offsets count what the caller may see.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 from graphrag_pipeline.lib.models import Entity, Relationship
@@ -96,13 +96,21 @@ def entity_neighbourhood(index: Index, entity_id: str, *, groups: Iterable[str] 
         "documents": [{"doc_id": doc_id, "title": titles.get(doc_id, ""), "about": round(strength, 3)}
                       for strength, doc_id in about],
         "relationships": [
-            {"id": r.relationship_id, "subject": ends[r.source_id].name, "subject_id": r.source_id,
-             "predicate": r.type, "object": ends[r.target_id].name, "object_id": r.target_id,
-             "original_predicates": access.predicates(r)[:5], "weight": r.weight,
-             "documents": sum(access.can_read(d) for d in r.doc_ids)}
-            for r in readable if r.source_id in ends and r.target_id in ends
+            _relationship_row(r, ends, access) for r in readable if r.source_id in ends and r.target_id in ends
         ],
     }
+
+
+def _relationship_row(relationship: Relationship, names: Mapping[str, Entity], access: ReaderAccess) -> dict[str, Any]:
+    """A relationship in the shape of a query's facts (``Fact``: source -[type]-> target, predicates), with its id,
+    its ends' ids and how many documents the caller may read state it."""
+    def name(entity_id: str) -> str:
+        return names[entity_id].name if entity_id in names else entity_id
+
+    return {"id": relationship.relationship_id, "source": name(relationship.source_id),
+            "source_id": relationship.source_id, "type": relationship.type, "target": name(relationship.target_id),
+            "target_id": relationship.target_id, "predicates": access.predicates(relationship)[:5],
+            "weight": relationship.weight, "documents": sum(access.can_read(d) for d in relationship.doc_ids)}
 
 
 def _entity_row(entity: Entity, access: ReaderAccess) -> dict[str, Any]:
@@ -144,12 +152,7 @@ def list_relationships(index: Index, *, groups: Iterable[str] = (), offset: int 
         "offset": offset,
         "limit": limit,
         "relationships": [
-            {"subject": names[r.source_id].name if r.source_id in names else r.source_id,
-             "predicate": r.type,
-             "object": names[r.target_id].name if r.target_id in names else r.target_id,
-             "original_predicates": access.predicates(r)[:5], "weight": r.weight,
-             "documents": sum(access.can_read(d) for d in r.doc_ids)}
-            for r in relationships
+            _relationship_row(r, names, access) for r in relationships
         ],
     }
 
