@@ -195,3 +195,33 @@ def test_questions_from_many_threads_during_rebuilds_never_fail_and_end_on_the_l
         assert last == answer(fresh)
     assert failures == []
     assert len(versions_seen) > 1  # the askers moved through the rebuilds' versions
+
+
+class CountingEmbedder(HashedEmbedder):
+    def __init__(self) -> None:
+        super().__init__(VOCABULARY)
+        self.embedded: list[str] = []
+
+    def embed(self, texts):
+        self.embedded.extend(texts)
+        return super().embed(texts)
+
+
+def test_a_repeated_question_is_not_embedded_again_across_versions_and_the_cache_is_bounded(settings):
+    build(settings)
+    embedder = CountingEmbedder()
+    with open_index(settings=settings.with_overrides(retrieval={"question_cache_size": 2}), embedder=embedder) as index:
+        first = answer(index)
+        write_corpus(Path(settings.sources[0].path), AFTER)
+        build(settings)
+        index.query(QUESTION, mode="vector")  # a new version, the same question: its vector is kept
+        assert embedder.embedded == [QUESTION]
+        for other in ("disk full?", "alertmanager unreachable?", QUESTION):  # the oldest goes beyond two
+            index.query(other, mode="vector")
+        assert embedder.embedded == [QUESTION, "disk full?", "alertmanager unreachable?", QUESTION]
+    assert first["results"]  # answered from the cached vector as from a fresh one (the versions' own tests)
+    with open_index(settings=settings.with_overrides(retrieval={"question_cache_size": 0}),
+                    embedder=(uncached := CountingEmbedder())) as index:
+        index.query(QUESTION, mode="vector")
+        index.query(QUESTION, mode="vector")
+    assert uncached.embedded == [QUESTION, QUESTION]

@@ -238,6 +238,9 @@ class RetrievalConfig(StrictModel):
     graph_weight: float = Field(0.3, ge=0)
     rrf_k: int = Field(60, ge=1)
     top_k: int = Field(10, ge=1)
+    # Question vectors kept for repeated questions (agents ask the same one again): the embedding is most of a warm
+    # question's time. 0 turns the cache off.
+    question_cache_size: int = Field(256, ge=0)
     # BM25 over chunk texts, as a share of the question's best match: the words of a question that describes rather
     # than names (an alert's text) find the passage that uses them.
     keyword_weight: float = Field(0.2, ge=0)

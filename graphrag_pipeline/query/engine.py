@@ -10,10 +10,14 @@ document supports), and the response.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import TypeVar
+
+import numpy as np
 
 from graphrag_pipeline.lib.config import PipelineSettings
 from graphrag_pipeline.lib.fusion import rank
@@ -54,6 +58,31 @@ PATH_RELATIONSHIPS = 1000  # relationships read among the entities on a response
 ElementT = TypeVar("ElementT", Entity, Relationship)
 
 
+class QuestionVectors:
+    """The embedder's vectors of the most recently asked questions (least recently used first out): a repeated
+    question skips the model. Thread-safe; the vectors are read-only."""
+
+    def __init__(self, embedder: Embedder, size: int):
+        self._embedder = embedder
+        self._size = size
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def vector(self, question: str) -> np.ndarray:
+        with self._lock:
+            if question in self._vectors:
+                self._vectors.move_to_end(question)
+                return self._vectors[question]
+        vector = self._embedder.embed([question])[0]
+        vector.flags.writeable = False
+        if self._size:
+            with self._lock:
+                self._vectors[question] = vector
+                while len(self._vectors) > self._size:
+                    self._vectors.popitem(last=False)
+        return vector
+
+
 class QueryEngine:
     """Answers questions from an index; thread-safe, so one engine can serve many concurrent questions."""
 
@@ -65,12 +94,16 @@ class QueryEngine:
         graph_store: GraphStore,
         vector_store: VectorStore,
         embedder: Embedder,
+        question_vectors: QuestionVectors | None = None,
     ):
+        """``question_vectors``: a cache shared with other engines of the same embedder (an open index's versions);
+        by default one of the engine's own."""
         self.settings = settings
         self.state = state
         self.graph = graph_store
         self.vectors = vector_store
         self.embedder = embedder
+        self._question_vectors = question_vectors or QuestionVectors(embedder, settings.retrieval.question_cache_size)
         self._index = IndexReader(settings.retrieval, settings.ontology, state=state, graph=graph_store,
                                   vectors=vector_store)
         self._retrievers: dict[Mode, Retriever] = {mode: make(self._index) for mode, make in RETRIEVERS.items()}
@@ -157,7 +190,7 @@ class QueryEngine:
         if not isinstance(question, str) or not question.strip():
             raise ValueError("question is empty")
         started = time.perf_counter()
-        query_vector = self.embedder.embed([question])[0]
+        query_vector = self._question_vectors.vector(question)
         embed_ms = elapsed_ms(started)
         retrieval = retriever.retrieve(question, query_vector, parameters, hidden)
         retrieval.timings = {"embed": embed_ms, **retrieval.timings}  # the steps in the order they ran

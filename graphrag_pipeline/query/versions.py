@@ -31,7 +31,7 @@ from graphrag_pipeline.lib.config import PipelineSettings
 from graphrag_pipeline.lib.state import StateStore, build_holder
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES, Embedder, GraphStore, VectorStore
 from graphrag_pipeline.query.context import IncidentContext
-from graphrag_pipeline.query.engine import QueryEngine
+from graphrag_pipeline.query.engine import QueryEngine, QuestionVectors
 from graphrag_pipeline.query.models import QueryResponse
 from graphrag_pipeline.query.retrievers import Retrieval
 
@@ -86,6 +86,8 @@ class OpenIndex:
         self.graph = graph_store
         self.embedder = embedder
         self._open_vectors = open_vectors
+        # one embedder for every version, so a question's vector outlives the version it was first asked of
+        self._question_vectors = QuestionVectors(embedder, settings.retrieval.question_cache_size)
         self._published_version = published_version
         self._lock = threading.Lock()  # guards _current and the versions' in_flight / retired
         self._opening = threading.Lock()  # held by the one question that opens a newer version
@@ -202,5 +204,5 @@ class OpenIndex:
             vectors.close()
             raise
         engine = QueryEngine(self.settings, state=self.state, graph_store=self.graph, vector_store=vectors,
-                             embedder=self.embedder)
+                             embedder=self.embedder, question_vectors=self._question_vectors)
         return _Version(name, engine)
