@@ -1,7 +1,8 @@
 """Progress listeners — the terminal bar and the run-log lines — driven with updates and a clock the test sets (no
-waiting)."""
+waiting); and the heartbeat of a step between its batches."""
 
 import io
+import threading
 
 from graphrag_pipeline.lib.progress import EveryFewSeconds, ProgressUpdate, StepProgress, TerminalProgressBar
 
@@ -105,3 +106,30 @@ def test_run_log_says_nothing_for_a_step_with_nothing_to_do():
     lines: list[str] = []
     StepProgress("graph", "write elements", 0, [EveryFewSeconds(lines.append)])
     assert lines == []
+
+
+def test_a_step_working_inside_one_batch_still_tells_its_listeners_and_stops_when_it_ends():
+    """A round of 512 texts embedded for 76 s without a line: between batches a heartbeat tells the listeners, so
+    the run log's line every 10 s comes whatever the batch size; a finished or dropped step beats no more."""
+    heard: list[ProgressUpdate] = []
+    beats = threading.Semaphore(0)
+
+    def listener(update: ProgressUpdate) -> None:
+        heard.append(update)
+        beats.release()
+
+    step = StepProgress("embeddings", "embed chunks", 512, [listener], heartbeat_seconds=0.01)
+    for _ in range(4):  # the first update, then three while nothing advanced
+        assert beats.acquire(timeout=60)
+    assert [u.done for u in heard[:4]] == [0, 0, 0, 0]
+    assert heard[3].elapsed_seconds > heard[1].elapsed_seconds  # later beats, later figures
+    step.advance(512)
+    finished_at = len(heard)
+    dropped = StepProgress("graph", "write", 10, [listener], heartbeat_seconds=0.01)
+    assert beats.acquire(timeout=60)
+    del dropped  # a stage that raised lets go of its counter
+    threads = [t for t in threading.enumerate() if t.name in ("progress-embeddings", "progress-graph")]
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+    assert all(u.stage == "graph" for u in heard[finished_at:])  # the finished step said nothing after its last

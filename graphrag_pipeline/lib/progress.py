@@ -8,7 +8,9 @@ redraws). Without listeners, counting costs nothing.
 from __future__ import annotations
 
 import os
+import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Sequence, TextIO
 
@@ -47,26 +49,52 @@ class ProgressUpdate:
                 f"{left}, {_duration(self.elapsed_seconds)} elapsed")
 
 
-class StepProgress:
-    """One step's counter: `advance(n)` after each batch tells every listener."""
+# While a step works inside one batch (a round of 512 texts can embed for a minute), its listeners still hear from it
+# this often, so a log that shows a line every 10 s never goes quiet.
+HEARTBEAT_SECONDS = 5.0
 
-    def __init__(self, stage: str, step: str, total: int, listeners: Sequence[ProgressListener]):
+
+class StepProgress:
+    """One step's counter: `advance(n)` after each batch tells every listener, and so does a heartbeat between
+    batches (every `heartbeat_seconds`, from a daemon thread that ends with the step or when the counter is
+    dropped: a step that raised stops beating once its stage lets go of it)."""
+
+    def __init__(self, stage: str, step: str, total: int, listeners: Sequence[ProgressListener],
+                 heartbeat_seconds: float = HEARTBEAT_SECONDS):
         self.stage, self.step, self.total = stage, step, total
         self.done = 0
         self._listeners = listeners
         self._started = time.perf_counter()
+        self._telling = threading.Lock()  # the heartbeat and the step's own thread tell one at a time
         self._tell()
+        if listeners and total > 0 and heartbeat_seconds > 0:
+            threading.Thread(target=_beat, args=(weakref.ref(self), heartbeat_seconds), daemon=True,
+                             name=f"progress-{stage}").start()
 
     def advance(self, items: int = 1) -> None:
         self.done += items
         self._tell()
 
-    def _tell(self) -> None:
+    def _tell(self, beat: bool = False) -> None:
         if not self._listeners:
             return
-        update = ProgressUpdate(self.stage, self.step, self.done, self.total, time.perf_counter() - self._started)
-        for listener in self._listeners:
-            listener(update)
+        with self._telling:
+            if beat and self.done >= self.total:
+                return  # the step finished while the beat was waking: its last update was its own
+            update = ProgressUpdate(self.stage, self.step, self.done, self.total,
+                                    time.perf_counter() - self._started)
+            for listener in self._listeners:
+                listener(update)
+
+
+def _beat(progress: weakref.ref[StepProgress], seconds: float) -> None:
+    while True:
+        time.sleep(seconds)
+        step = progress()
+        if step is None or step.done >= step.total:
+            return
+        step._tell(beat=True)
+        del step  # hold no reference while asleep: dropping the counter ends the beat
 
 
 class EveryFewSeconds:
