@@ -151,6 +151,28 @@ def test_one_run_materializes_every_asset_over_the_whole_shard_range(project, fi
     assert "Acme Robotics" in meta["element_summaries"]["sample"]
 
 
+def test_a_range_runs_counts_say_they_are_the_runs_and_each_partition_observes_what_it_holds(
+        project, first_run, edit_run):
+    """Dagster gives one run's materialization to every partition it covers (it has no per-partition metadata for a
+    single-run backfill), so shard-010 said `embedded 406` holding 4 chunks: a range run's counts now say they cover
+    the run, and each partition's documents and chunks are its own observation; a one-shard run's counts are its."""
+    meta = metadata(first_run)
+    for asset in PER_DOCUMENT:
+        assert meta[asset]["partitions_in_run"] == len(ALL_SHARDS), asset
+        assert meta[asset]["counts_cover"].startswith("the whole run"), asset
+    held = {}
+    for event in first_run.all_events:
+        if event.event_type_value == "ASSET_OBSERVATION" and event.asset_key == AssetKey("chunks"):
+            observation = event.event_specific_data.asset_observation
+            held[observation.partition] = {k: v.value for k, v in observation.metadata.items()}
+    assert sorted(held) == ALL_SHARDS
+    assert sum(h["documents"] for h in held.values()) == len(project.documents)
+    assert sum(h["chunks"] for h in held.values()) == meta["chunks"]["chunks_written"]
+    assert any(h["documents"] == 0 for h in held.values())  # an empty shard says it holds nothing
+    _, one_shard = edit_run
+    assert "partitions_in_run" not in metadata(one_shard)["chunks"]
+
+
 def test_the_materialized_index_answers_questions(project, first_run):
     with open_index(project.config) as index:
         response = index.query("Who founded Acme Robotics?", top_k=5)

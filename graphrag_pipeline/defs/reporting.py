@@ -6,7 +6,15 @@ import dataclasses
 import time
 from typing import Any, Callable, Sequence
 
-from dagster import AssetCheckResult, AssetCheckSeverity, AssetExecutionContext, Failure, MaterializeResult, MetadataValue
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetExecutionContext,
+    AssetObservation,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+)
 
 from graphrag_pipeline.defs.partitions import shard_of_key
 from graphrag_pipeline.defs.resources import GraphRAGResource
@@ -50,7 +58,32 @@ def run_stage(stage: Stage, context: AssetExecutionContext, graphrag: GraphRAGRe
                 allow_retries=False,
             ) from error
         report = public_report(report, workspace.state, [source.name for source in workspace.settings.sources])
-    return to_result(report, wall_seconds=time.perf_counter() - started)
+        if stage.per_document and len(context.partition_keys) > 1:
+            _observe_partitions(context, workspace.state)
+    result = to_result(report, wall_seconds=time.perf_counter() - started)
+    if stage.per_document and len(context.partition_keys) > 1:
+        result = _as_run_totals(result, len(context.partition_keys))
+    return result
+
+
+def _as_run_totals(result: MaterializeResult, partitions: int) -> MaterializeResult:
+    """A run over several shards records one materialization that Dagster gives every partition of the run (it has
+    no per-partition metadata for a single-run backfill): its counts are the run's, and it says so."""
+    return MaterializeResult(metadata={
+        **(result.metadata or {}),
+        "partitions_in_run": MetadataValue.int(partitions),
+        "counts_cover": MetadataValue.text(f"the whole run ({partitions} partitions together); each partition's own "
+                                           "documents and chunks are its observation"),
+    })
+
+
+def _observe_partitions(context: AssetExecutionContext, state: StateStore) -> None:
+    """What each partition of a multi-shard run holds, as that partition's observation: true of it alone."""
+    holdings = state.shard_holdings(shards_of(context))
+    for key in context.partition_keys:
+        held = holdings[shard_of_key(key)]
+        context.log_event(AssetObservation(asset_key=context.asset_key, partition=key,
+                                           metadata={name: MetadataValue.int(n) for name, n in held.items()}))
 
 
 def public_report(report: StageReport, state: StateStore, source_names: Sequence[str]) -> StageReport:

@@ -550,6 +550,17 @@ class StateStore:
     def chunk_count(self) -> int:
         return self.query("SELECT COUNT(*) FROM chunks")[0][0]
 
+    def shard_holdings(self, shards: Iterable[int]) -> dict[int, dict[str, int]]:
+        """Per shard, how many documents and chunks the index holds in it."""
+        shard_list = sorted(set(shards))
+        held = {shard: {"documents": 0, "chunks": 0} for shard in shard_list}
+        marks = ",".join("?" * len(shard_list))
+        for table in ("documents", "chunks"):
+            for shard, count in self.query(f"SELECT shard, COUNT(*) FROM {table} WHERE shard IN ({marks}) GROUP BY shard",
+                                           shard_list):
+                held[shard][table] = count
+        return held
+
     # --- embeddings -----------------------------------------------------------------------------------------------
 
     def cached_embeddings(self, model: str, text_hashes: Sequence[str]) -> dict[str, np.ndarray]:

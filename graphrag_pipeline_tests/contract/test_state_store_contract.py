@@ -258,6 +258,7 @@ def test_chunks_replace_and_changed_content_rechunks(state: StateStoreProtocol) 
     state.upsert_documents([changed], {"a": 3})
     assert state.documents_to_chunk([3], "k1") == [changed]
 
+    assert state.shard_holdings([3, 5]) == {3: {"documents": 1, "chunks": 1}, 5: {"documents": 0, "chunks": 0}}
     state.delete_documents(["a"])
     assert (state.document_count(), state.chunk_count()) == (0, 0)
 
