@@ -194,3 +194,35 @@ def test_a_dagster_run_over_a_damaged_index_fails_the_check_in_the_run(tmp_path)
     failed = evaluations["every_chunk_has_a_published_vector"]
     assert failed.severity.value == "ERROR"
     assert "2 of" in failed.description and "have no vector in the published `chunks` collection" in failed.description
+
+
+def test_a_graph_check_runs_alone_and_a_broken_graph_blocks_the_communities(tmp_path):
+    """The three graph checks were one unsubsettable multi-check (the UI's Execute greyed out), and none was blocking:
+    a graph that is not the index's went on into communities. Now each runs alone, and a failed one stops the chain."""
+    from dagster import AssetCheckKey, AssetKey, AssetSelection, Definitions, define_asset_job
+
+    from graphrag_pipeline.definitions import definitions_with
+    from graphrag_pipeline.defs.partitions import SHARD_COUNT, shard_key
+    from graphrag_pipeline.defs.resources import GraphRAGResource
+
+    config = tmp_path / "graphrag.yaml"
+    source = {"name": "t", "kind": "folder", "path": str(FIXTURES / "multihop")}
+    config.write_text(yaml.safe_dump({"index_dir": "index", "shard_count": SHARD_COUNT, "sources": [source]}))
+    alone = AssetCheckKey(AssetKey("graph"), "relationships_connect_existing_entities")
+    defs = Definitions.merge(definitions_with(GraphRAGResource(config_path=str(config))),
+                             Definitions(jobs=[define_asset_job("one_check", selection=AssetSelection.checks(alone))]))
+    every_shard = {"dagster/asset_partition_range_start": shard_key(0),
+                   "dagster/asset_partition_range_end": shard_key(SHARD_COUNT - 1)}
+    assert defs.resolve_job_def("build_index").execute_in_process(tags=every_shard).success
+
+    only = defs.resolve_job_def("one_check").execute_in_process()
+    assert [(e.check_name, e.passed) for e in only.get_asset_check_evaluations()] == [(alone.name, True)]
+
+    with sqlite3.connect(tmp_path / "index" / "graph.sqlite") as conn:  # damage no re-sync notices
+        conn.execute("UPDATE entities SET doc_ids = '[]' WHERE entity_id = "
+                     "(SELECT entity_id FROM entities ORDER BY entity_id LIMIT 1)")
+    corpus_run = defs.resolve_job_def("refresh_corpus").execute_in_process(raise_on_error=False)
+    evaluations = {e.check_name: e.passed for e in corpus_run.get_asset_check_evaluations()}
+    assert evaluations["elements_name_their_documents"] is False
+    materialized = {e.asset_key.to_user_string() for e in corpus_run.get_asset_materialization_events()}
+    assert "graph" in materialized and not {"communities", "community_summaries"} & materialized

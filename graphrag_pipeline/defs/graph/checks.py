@@ -1,6 +1,6 @@
 from typing import Iterator
 
-from dagster import AssetCheckResult, AssetCheckSpec, asset_check, multi_asset_check
+from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSpec, asset_check, multi_asset_check
 
 from graphrag_pipeline.defs.reporting import check_result, run_check
 from graphrag_pipeline.defs.resources import GraphRAGResource
@@ -13,24 +13,28 @@ from graphrag_pipeline.lib.checks import (
 )
 
 
+# Blocking: communities and their summaries must not be built over a graph that is not the index's. Subsettable: the UI
+# can execute each one alone (the three read the graph once when they run together).
 @multi_asset_check(specs=[
-    AssetCheckSpec("graph_matches_the_index", asset="graph",
+    AssetCheckSpec("graph_matches_the_index", asset="graph", blocking=True,
                    description="The graph store holds exactly the index's merged entities and relationships."),
-    AssetCheckSpec("relationships_connect_existing_entities", asset="graph",
+    AssetCheckSpec("relationships_connect_existing_entities", asset="graph", blocking=True,
                    description="No relationship points at an entity the graph does not hold."),
-    AssetCheckSpec("elements_name_their_documents", asset="graph",
+    AssetCheckSpec("elements_name_their_documents", asset="graph", blocking=True,
                    description="Every entity and relationship names the documents it was read from."),
-])
-def graph_integrity(graphrag: GraphRAGResource) -> Iterator[AssetCheckResult]:
-    """Three checks over the whole graph, which is read once for all of them."""
+], can_subset=True)
+def graph_integrity(context: AssetCheckExecutionContext, graphrag: GraphRAGResource) -> Iterator[AssetCheckResult]:
+    """Three checks over the whole graph, which is read once for those selected."""
+    selected = {key.name for key in context.selected_asset_check_keys}
     with graphrag.workspace() as ws:
         contents = GraphContents.read(ws.graph_store)
         outcomes = {
-            "graph_matches_the_index": graph_matches_elements(ws.state, contents),
-            "relationships_connect_existing_entities": relationships_have_entities(contents),
-            "elements_name_their_documents": elements_have_provenance(contents),
+            "graph_matches_the_index": lambda: graph_matches_elements(ws.state, contents),
+            "relationships_connect_existing_entities": lambda: relationships_have_entities(contents),
+            "elements_name_their_documents": lambda: elements_have_provenance(contents),
         }
-    for name, outcome in outcomes.items():
+        results = {name: outcome() for name, outcome in outcomes.items() if name in selected}
+    for name, outcome in results.items():
         yield check_result(outcome, asset_key="graph", check_name=name)
 
 
