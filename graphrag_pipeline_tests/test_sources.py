@@ -68,6 +68,19 @@ def test_markdown_title_falls_back_to_first_h1_outside_code_then_to_stem(tmp_pat
     assert documents["docs:c.txt"].text == "# looks like markdown but this is text\n"
 
 
+def test_a_heading_of_markup_gives_the_title_a_reader_sees(tmp_path: Path) -> None:
+    """The OpenTelemetry demo's README was titled `<img src="…" alt="OTel logo" width="45"> OpenTelemetry Demo`."""
+    write(tmp_path / "otel.md", '# <img src="https://x.test/logo.png" alt="OTel logo" width="45"> OpenTelemetry Demo\n')
+    write(tmp_path / "link.md", "# [Checkout](../checkout.md) `payments-api` **runbook**\n")
+    write(tmp_path / "anchor.md", '# <a name="top"></a>\n\ntext\n\n# Second Heading\n')
+
+    documents = by_id(read_folder(folder(tmp_path)))
+
+    assert documents["docs:otel.md"].title == "OpenTelemetry Demo"
+    assert documents["docs:link.md"].title == "Checkout payments-api runbook"
+    assert documents["docs:anchor.md"].title == "Second Heading"  # a heading of markup alone names nothing
+
+
 def test_invalid_front_matter_quarantines_the_document_and_withdraws_it(tmp_path: Path) -> None:
     # The block may say who can read the file, so nothing of the file is indexed until it is fixed.
     write(tmp_path / "broken.md", "---\ntitle: [unclosed\n---\n# Still Indexed\n\ntext\n")

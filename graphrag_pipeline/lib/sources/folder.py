@@ -295,9 +295,25 @@ def _first_markdown_h1(text: str) -> str | None:
             elif marker[0] == fence[0] and len(marker) >= len(fence):
                 fence = None
             continue
-        if fence is None and (heading := _H1.match(line)):
-            return heading.group(1).strip()
+        if fence is None and (heading := _H1.match(line)) and (title := plain_heading(heading.group(1))):
+            return title
     return None
+
+
+_HTML_TAG = re.compile(r"<[^>]*>")
+_IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
+_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+_EMPHASIS = re.compile(r"(?<!\w)[*_]{1,3}|[*_]{1,3}(?!\w)")
+
+
+def plain_heading(heading: str) -> str:
+    """A Markdown heading as a title reads: HTML tags and images dropped, links as their text, code and emphasis
+    marks gone (``# <img src="logo.png"> OpenTelemetry Demo`` is "OpenTelemetry Demo")."""
+    text = _IMAGE.sub("", heading)
+    text = _LINK.sub(r"\1", text)
+    text = _HTML_TAG.sub(" ", text).replace("`", "")
+    text = _EMPHASIS.sub("", text)
+    return " ".join(text.split())
 
 
 _GENERIC_STEMS = frozenset({"readme", "index", "_index", "overview", "main"})
