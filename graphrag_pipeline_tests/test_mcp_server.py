@@ -43,7 +43,7 @@ def index_config(tmp_path_factory):
 def http_url(index_config):
     process = subprocess.Popen([*CLI, "mcp", "--transport", "http"], cwd=index_config.parent,
                                env=cli_env(index_config), stderr=subprocess.PIPE, text=True)
-    lines = []
+    lines = HTTP_STARTUP_LINES
     for line in process.stderr:
         lines.append(line)
         if match := re.search(r"at (http://127\.0\.0\.1:\d+/mcp)", line):
@@ -54,6 +54,9 @@ def http_url(index_config):
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+HTTP_STARTUP_LINES: list[str] = []  # what the streamable-HTTP server printed before it listened
 
 
 @asynccontextmanager
@@ -133,6 +136,13 @@ def test_streamable_http_refuses_a_missing_or_unknown_key(http_url):
         answer = httpx2.post(http_url, headers={**headers, "Accept": "application/json, text/event-stream"},
                              json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
         assert answer.status_code == 401, answer.text
+        # An API-key server: a client is told to send a bearer key, and no OAuth metadata sends it looking for an
+        # authorization server (the metadata used to name /mcp itself as one).
+        assert answer.headers["www-authenticate"].startswith("Bearer ")
+        assert "resource_metadata" not in answer.headers["www-authenticate"]
+    origin = http_url.rsplit("/mcp", 1)[0]
+    assert httpx2.get(f"{origin}/.well-known/oauth-protected-resource/mcp").status_code == 404
+    assert not [line for line in HTTP_STARTUP_LINES if "Warning" in line], HTTP_STARTUP_LINES
 
 
 def test_stdio_refuses_to_start_without_a_known_key(index_config):

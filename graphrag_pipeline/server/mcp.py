@@ -58,8 +58,11 @@ def create_mcp(index: OpenIndex, caller: Callable[[], Caller], *, keys: KeyRing 
     ``/mcp`` endpoint's URL) turn on bearer-token verification, for streamable HTTP."""
     auth = {}
     if keys is not None:
+        # An API-key server, not an OAuth resource server: no protected-resource metadata, so a client without a key
+        # is told to send a bearer token (401, WWW-Authenticate: Bearer) instead of starting an OAuth flow against
+        # an authorization server that does not exist. ``issuer_url`` is required by the settings and names nothing.
         auth = {"token_verifier": KeyVerifier(keys),
-                "auth": AuthSettings(issuer_url=public_url, resource_server_url=public_url)}
+                "auth": AuthSettings(issuer_url=public_url, resource_server_url=None)}
     config = index.settings.server
     slots = AnswerSlots(config, "graphrag-mcp")
 
