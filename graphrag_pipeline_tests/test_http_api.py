@@ -98,7 +98,7 @@ def test_context_answers_what_the_query_module_answers_and_hides_what_the_key_ma
     public = client(url, PUBLIC_KEY).post("/v1/context", json={"subject": "checkout-service"}).text
     oncall = client(url, ONCALL_KEY).post("/v1/context", json={"subject": "checkout-service"}).text
     assert leaked(public) == set() and "ledger-db" in oncall  # only a restricted page says it calls ledger-db
-    assert client(url, PUBLIC_KEY).post("/v1/context", json={"subject": " "}).status_code == 400
+    assert client(url, PUBLIC_KEY).post("/v1/context", json={"subject": " "}).status_code == 422
     for body in ({"subject": "x", "max_hops": 9}, {"subject": "x", "max_hops": True}, {"subject": "x", "max_hops": "1"}):
         assert client(url, PUBLIC_KEY).post("/v1/context", json=body).status_code == 422, body
     for body in ({"question": "x", "top_k": True}, {"question": "x", "top_k": "5"}):
@@ -157,7 +157,7 @@ def test_callers_cannot_choose_their_groups_and_need_a_known_key(served):
     ("post", "/v1/search", {"question": "x", "top_k": 51}, 422, "top_k"),
     ("post", "/v1/search", {"question": "x", "max_hops": 9}, 422, "max_hops"),
     ("post", "/v1/search", {"question": ""}, 422, "question"),
-    ("post", "/v1/search", {"question": "   "}, 400, "blank"),
+    ("post", "/v1/search", {"question": "   "}, 422, "body.question: is blank"),
     ("post", "/v1/search", {"question": "word " * 1000}, 400, "at most 2000"),
     ("post", "/v1/search", {}, 422, "question"),
     ("post", "/v1/search", "not json", 422, "invalid"),
@@ -190,6 +190,22 @@ def test_health_readiness_and_the_openapi_document(served):
     assert {"/v1/search", "/v1/index", "/v1/graph", "/v1/entities", "/v1/relationships", "/v1/entities/{entity_id}",
             "/healthz", "/readyz"} <= set(paths)
     assert "SearchRequest" in json.dumps(paths["/v1/search"])
+    document = httpx.get(f"{url}/openapi.json").json()
+    # Typed answers: every /v1 route's 200 names its schema, and the search answer's fields are the module's.
+    for path, operations in paths.items():
+        for operation in operations.values():
+            if path.startswith("/v1"):
+                assert "$ref" in json.dumps(operation["responses"]["200"]), path
+    answer = document["components"]["schemas"]["SearchAnswer"]["properties"]
+    assert {"results", "relationships", "index_updating", "index_version"} <= set(answer)
+    assert set(document["components"]["schemas"]["RelationshipRow"]["properties"]) >= {"source", "type", "target"}
+    # How to authenticate, in the document: a bearer key or X-API-Key, on every /v1 route.
+    assert set(document["components"]["securitySchemes"]) == {"bearer", "apiKey"}
+    assert all(operation.get("security") for path, operations in paths.items() if path.startswith("/v1")
+               for operation in operations.values())
+    # a question of blanks is refused by the schema as the server refuses it
+    assert document["components"]["schemas"]["SearchRequest"]["properties"]["question"]["pattern"] == "\\S"
+    assert httpx.get(f"{url}/docs").status_code == 404  # no page that loads its scripts from a CDN
 
 
 def test_access_logs_name_the_caller_and_leave_questions_out(served):

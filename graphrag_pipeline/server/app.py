@@ -13,10 +13,12 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,7 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from graphrag_pipeline.lib.config import PipelineSettings
 from graphrag_pipeline.lib.stores.sqlite_files import DamagedStoreError
-from graphrag_pipeline.query import IndexNotFoundError, OpenIndex
+from graphrag_pipeline.query import IncidentContext, IndexNotFoundError, OpenIndex, QueryResponse
 from graphrag_pipeline.query.explore import (
     ENTITY_ORDERS,
     entity_neighbourhood,
@@ -40,6 +42,9 @@ ACCESS_LOG = logging.getLogger("graphrag_pipeline.server.access")
 ERROR_LOG = logging.getLogger("graphrag_pipeline.server")
 MAX_TOP_K = 50
 PAGE_LIMIT = 1000
+BEARER = HTTPBearer(auto_error=False, scheme_name="bearer", description="an API key: Authorization: Bearer <key>")
+API_KEY_HEADER = APIKeyHeader(name="X-API-Key", auto_error=False, scheme_name="apiKey",
+                              description="an API key, as the bearer token is")
 
 
 class ApiError(Exception):
@@ -52,7 +57,10 @@ class SearchRequest(BaseModel):
     # Strict: `true` or "5" is no top_k (JSON has numbers for that).
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    question: str = Field(min_length=1, description="the question, in the words of the corpus where possible")
+    # a pattern with one non-blank character: a question of only spaces (a no-break space too) is refused by the
+    # schema as by the server
+    question: str = Field(min_length=1, pattern=r"\S", description="the question, in the words of the corpus where "
+                                                                    "possible")
     mode: Mode = "hybrid"
     top_k: int | None = Field(None, ge=1, le=MAX_TOP_K, description="results (default: the configuration's)")
     max_hops: int | None = Field(None, ge=0, le=MAX_HOPS)
@@ -63,9 +71,87 @@ class SearchRequest(BaseModel):
 class ContextRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    subject: str = Field(min_length=1, description="a service's name, or a question about one")
+    subject: str = Field(min_length=1, pattern=r"\S", description="a service's name, or a question about one")
     max_hops: int | None = Field(None, ge=0, le=MAX_HOPS, description="how far dependencies and dependents are "
                                  "followed (default: the configuration's)")
+
+
+@dataclass(frozen=True)
+class SearchAnswer(QueryResponse):
+    """``QueryResponse`` with the index version the question was answered from."""
+
+    index_version: str | None = None
+
+
+@dataclass(frozen=True)
+class ContextAnswer(IncidentContext):
+    """``IncidentContext`` with the index version and its Markdown rendering."""
+
+    index_version: str | None = None
+    markdown: str = ""
+
+
+class GraphCounts(BaseModel):
+    entities: int
+    relationships: int
+    chunks_with_mentions: int
+    top_entity_types: dict[str, int]
+    relationship_types: dict[str, int]
+
+
+class IndexInfo(BaseModel):
+    version: str | None
+    embedder: str
+    extractor: str
+    graph: GraphCounts
+
+
+class EntityRow(BaseModel):
+    id: str
+    name: str
+    type: str
+    mention_count: int
+    documents: int = Field(description="documents the caller may read that mention it")
+    description: str
+
+
+class RelationshipRow(BaseModel):
+    """A relationship in the shape of a search's facts: source -[type]-> target."""
+
+    id: str
+    source: str
+    source_id: str
+    type: str
+    target: str
+    target_id: str
+    predicates: list[str]
+    weight: float
+    documents: int = Field(description="documents the caller may read that state it")
+
+
+class EntityPage(BaseModel):
+    offset: int
+    limit: int
+    order_by: str
+    entities: list[EntityRow]
+
+
+class RelationshipPage(BaseModel):
+    offset: int
+    limit: int
+    relationships: list[RelationshipRow]
+
+
+class AboutDocument(BaseModel):
+    doc_id: str
+    title: str
+    about: float = Field(description="how strongly the document is about the entity, 0-1")
+
+
+class Neighbourhood(BaseModel):
+    entity: EntityRow
+    documents: list[AboutDocument]
+    relationships: list[RelationshipRow]
 
 
 class ErrorBody(BaseModel):
@@ -89,6 +175,9 @@ def create_app(index: OpenIndex, settings: PipelineSettings, keys: KeyRing) -> F
         slots.close()
 
     app = FastAPI(
+        # Swagger UI and ReDoc load their scripts from a CDN, a blank page offline: the document is /openapi.json.
+        docs_url=None,
+        redoc_url=None,
         title="graphrag_pipeline",
         version="1",
         description="Questions and graph exploration over a graphrag_pipeline index, answered for the caller's key.",
@@ -114,7 +203,10 @@ def create_app(index: OpenIndex, settings: PipelineSettings, keys: KeyRing) -> F
         except TimedOut as error:
             raise ApiError(504, str(error)) from None
 
-    def caller_of(request: Request) -> Caller:
+    def caller_of(request: Request,
+                  # Declared for the OpenAPI document's securitySchemes (either one); read from the headers below.
+                  _bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)] = None,
+                  _api_key: Annotated[str | None, Depends(API_KEY_HEADER)] = None) -> Caller:
         scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
         presented = credentials.strip() if scheme.lower() == "bearer" else request.headers.get("x-api-key")
         caller = keys.caller(presented)
@@ -144,7 +236,9 @@ def create_app(index: OpenIndex, settings: PipelineSettings, keys: KeyRing) -> F
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_request: Request, error: RequestValidationError) -> JSONResponse:
-        details = [{"where": ".".join(str(part) for part in e["loc"]), "problem": e["msg"]} for e in error.errors()]
+        details = [{"where": ".".join(str(part) for part in e["loc"]),
+                    "problem": "is blank" if e["type"] == "string_pattern_mismatch" else e["msg"]}
+                   for e in error.errors()]
         return JSONResponse({"error": "invalid request: " + "; ".join(f"{d['where']}: {d['problem']}"
                                                                       for d in details), "details": details},
                             status_code=422)
@@ -188,8 +282,8 @@ def create_app(index: OpenIndex, settings: PipelineSettings, keys: KeyRing) -> F
             return JSONResponse(Health(status="not ready").model_dump(), status_code=503)
         return Health(status="ready", version=version)
 
-    @app.post("/v1/search", tags=["search"])
-    async def search(body: SearchRequest, caller: Authenticated, request: Request) -> dict[str, Any]:
+    @app.post("/v1/search", tags=["search"], response_model=SearchAnswer)
+    async def search(body: SearchRequest, caller: Authenticated, request: Request) -> Response:
         """Answer a question: ranked results with text, source, entity path, per-signal scores, hops and citations,
         the linked entities and the facts behind them — only what the caller's groups may read."""
         try:
@@ -204,8 +298,8 @@ def create_app(index: OpenIndex, settings: PipelineSettings, keys: KeyRing) -> F
 
         return await run(caller, answer)
 
-    @app.post("/v1/context", tags=["search"])
-    async def context(body: ContextRequest, caller: Authenticated) -> dict[str, Any]:
+    @app.post("/v1/context", tags=["search"], response_model=ContextAnswer)
+    async def context(body: ContextRequest, caller: Authenticated) -> Response:
         """The incident context of a service: its dependencies and dependents within max_hops (the blast radius),
         their owners with contacts, runbooks, documents and incidents, and each fact with the documents that state
         it — only what the caller's groups may read; `markdown` renders it for a prompt."""
@@ -219,35 +313,35 @@ def create_app(index: OpenIndex, settings: PipelineSettings, keys: KeyRing) -> F
 
         return await run(caller, context_answer)
 
-    @app.get("/v1/index", tags=["index"])
-    async def index_info(caller: Authenticated) -> dict[str, Any]:
+    @app.get("/v1/index", tags=["index"], response_model=IndexInfo)
+    async def index_info(caller: Authenticated) -> Response:
         """The index's published version, its models and what the caller can see of it."""
         return await run(caller, lambda: {"version": index.version, "embedder": index.embedder.name,
                                           "extractor": settings.extraction.extractor,
                                           "graph": graph_stats(index, groups=caller.groups)})
 
-    @app.get("/v1/graph", tags=["graph"])
-    async def graph(caller: Authenticated) -> dict[str, Any]:
+    @app.get("/v1/graph", tags=["graph"], response_model=GraphCounts)
+    async def graph(caller: Authenticated) -> Response:
         """Counts of the entities and relationships (by type) the caller may see."""
         return await run(caller, lambda: graph_stats(index, groups=caller.groups))
 
-    @app.get("/v1/entities", tags=["graph"])
+    @app.get("/v1/entities", tags=["graph"], response_model=EntityPage)
     async def entities(caller: Authenticated, offset: Annotated[int, Query(ge=0)] = 0,
                        limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT)] = 50,
-                       order_by: Annotated[Literal[ENTITY_ORDERS], Query()] = "mention_count") -> dict[str, Any]:
+                       order_by: Annotated[Literal[ENTITY_ORDERS], Query()] = "mention_count") -> Response:
         """A page of the entities the caller may see."""
         return await run(caller, lambda: list_entities(index, groups=caller.groups, offset=offset, limit=limit,
                                                order_by=order_by))
 
-    @app.get("/v1/relationships", tags=["graph"])
+    @app.get("/v1/relationships", tags=["graph"], response_model=RelationshipPage)
     async def relationships(caller: Authenticated, offset: Annotated[int, Query(ge=0)] = 0,
-                            limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT)] = 50) -> dict[str, Any]:
+                            limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT)] = 50) -> Response:
         """A page of the relationships the caller may see."""
         return await run(caller, lambda: list_relationships(index, groups=caller.groups, offset=offset, limit=limit))
 
-    @app.get("/v1/entities/{entity_id}", tags=["graph"])
+    @app.get("/v1/entities/{entity_id}", tags=["graph"], response_model=Neighbourhood)
     async def entity(entity_id: str, caller: Authenticated,
-                     limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT)] = 50) -> dict[str, Any]:
+                     limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT)] = 50) -> Response:
         """One entity with its relationships and their other ends, as the caller may see them."""
 
         def neighbourhood() -> dict[str, Any]:
