@@ -4,6 +4,8 @@ import json
 import shutil
 
 import pandas
+import pyarrow
+import pyarrow.parquet
 import pytest
 import yaml
 
@@ -159,3 +161,22 @@ def test_import_of_an_unfinished_export_names_the_missing_manifest(tmp_path):
             import_index(workspace, tmp_path)
     finally:
         workspace.close()
+
+
+def test_vectors_are_fixed_size_and_communities_are_typed_columns(built):
+    """`vector` was a variable-length list and communities were JSON inside a string column: an array reader needs
+    the size in the schema, and a community's members and a summary's text are columns of their own."""
+    _, _, export_dir = built
+    manifest = json.loads((export_dir / "manifest.json").read_text())
+    dimension = manifest["embedder"]["dimension"]
+    for table in ("chunks", "embeddings"):
+        field = pyarrow.parquet.read_schema(export_dir / f"{table}.parquet").field("vector")
+        assert pyarrow.types.is_fixed_size_list(field.type) and field.type.list_size == dimension, table
+    communities = pandas.read_parquet(export_dir / "communities.parquet")
+    assert communities["entity_ids"].map(len).gt(0).all()
+    top = communities[communities["level"] == 0]
+    assert top["parent_id"].isna().all() and communities[communities["level"] > 0]["parent_id"].notna().all()
+    summaries = pandas.read_parquet(export_dir / "community_summaries.parquet")
+    assert summaries["title"].str.len().gt(0).all() and summaries["summary"].str.len().gt(0).all()
+    assert summaries["written_from"].map(len).gt(0).all() and summaries["level"].ge(0).all()
+    assert set(summaries["community_id"]) <= set(communities["community_id"])

@@ -40,11 +40,11 @@ class ExportMismatchError(ValueError):
     """The export was made with another embedder than the configuration's: its vectors would not be comparable."""
 
 
-def export_tables(state: StateStore, embedder_model: str,
+def export_tables(state: StateStore, embedder_model: str, dimension: int,
                   stored_vectors: dict[str, np.ndarray] | None = None) -> dict[str, pa.Table]:
     """Every table of the index, read from the state store (the system of record of the derived stores).
-    ``stored_vectors``: text hash -> vector of texts the cache does not keep (entity names), exported with it so an
-    import embeds nothing again."""
+    ``dimension``: the embedder's, the fixed size of the vector columns; ``stored_vectors``: text hash -> vector of
+    texts the cache does not keep (entity names), exported with it so an import embeds nothing again."""
     documents = state.documents()
     chunked_keys = dict(state.query("SELECT doc_id, chunked_key FROM documents"))
     shards = dict(state.query("SELECT doc_id, shard FROM documents"))
@@ -87,11 +87,13 @@ def export_tables(state: StateStore, embedder_model: str,
         "relationships": _element_rows(state, "relationship", ("source_id", "target_id", "type", "description",
                                                                "weight", "doc_ids")),
         "communities": [
-            {"community_id": cid, "level": level, "payload": unpack_payload(payload)}
+            _with_fields({"community_id": cid, "level": level, "payload": unpack_payload(payload)},
+                         ("parent_id", "entity_ids", "child_ids"))
             for cid, level, payload in state.query("SELECT community_id, level, payload FROM communities ORDER BY community_id")
         ],
         "community_summaries": [
-            {"community_id": cid, "content_hash": digest, "payload": unpack_payload(payload)}
+            _with_fields({"community_id": cid, "content_hash": digest, "payload": unpack_payload(payload)},
+                         ("level", "title", "summary", "rating", "chunk_ids", "written_from"))
             for cid, digest, payload in state.query(
                 "SELECT community_id, content_hash, payload FROM community_summaries ORDER BY community_id")
         ],
@@ -99,7 +101,14 @@ def export_tables(state: StateStore, embedder_model: str,
             {"text_hash": h, "vector": np.frombuffer(blob, dtype=np.float32).tolist()} for h, blob in sorted(cache.items())
         ],
     }
-    return {name: _table(name, rows) for name, rows in tables.items()}
+    schemas = _schemas(dimension)
+    return {name: pa.Table.from_pylist(rows, schema=schemas[name]) for name, rows in tables.items()}
+
+
+def _with_fields(row: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
+    """The row with the named fields of its JSON payload as columns of their own, for readers (pandas, duckdb)."""
+    data = json.loads(row["payload"])
+    return {**row, **{name: data.get(name) for name in fields}}
 
 
 def _element_rows(state: StateStore, kind: str, columns: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -126,33 +135,37 @@ def _element_rows(state: StateStore, kind: str, columns: tuple[str, ...]) -> lis
     return rows
 
 
-_SCHEMAS = {
-    "documents": pa.schema([("doc_id", pa.string()), ("shard", pa.int64()), ("source", pa.string()),
-                            ("uri", pa.string()), ("title", pa.string()), ("text", pa.string()),
-                            ("content_hash", pa.string()), ("metadata", pa.string()),
-                            ("access_groups", pa.list_(pa.string())), ("chunked_key", pa.string())]),
-    "chunks": pa.schema([("chunk_id", pa.string()), ("doc_id", pa.string()), ("shard", pa.int64()),
-                         ("position", pa.int64()), ("text", pa.string()), ("token_count", pa.int64()),
-                         ("start_char", pa.int64()), ("end_char", pa.int64()), ("headings", pa.list_(pa.string())),
-                         ("vector", pa.list_(pa.float32()))]),
-    "mentions": pa.schema([("chunk_id", pa.string()), ("extractor_key", pa.string()), ("payload", pa.string()),
-                           ("entity_names", pa.list_(pa.string()))]),
-    "entities": pa.schema([("element_id", pa.string()), ("content_hash", pa.string()), ("payload", pa.string()),
-                           ("name", pa.string()), ("type", pa.string()), ("description", pa.string()),
-                           ("doc_ids", pa.list_(pa.string()))]),
-    "relationships": pa.schema([("element_id", pa.string()), ("content_hash", pa.string()), ("payload", pa.string()),
-                                ("source_id", pa.string()), ("target_id", pa.string()), ("source", pa.string()),
-                                ("target", pa.string()), ("type", pa.string()), ("description", pa.string()),
-                                ("weight", pa.float64()), ("doc_ids", pa.list_(pa.string()))]),
-    "communities": pa.schema([("community_id", pa.string()), ("level", pa.int64()), ("payload", pa.string())]),
-    "community_summaries": pa.schema([("community_id", pa.string()), ("content_hash", pa.string()),
-                                      ("payload", pa.string())]),
-    "embeddings": pa.schema([("text_hash", pa.string()), ("vector", pa.list_(pa.float32()))]),
-}
-
-
-def _table(name: str, rows: list[dict[str, Any]]) -> pa.Table:
-    return pa.Table.from_pylist(rows, schema=_SCHEMAS[name])
+def _schemas(dimension: int) -> dict[str, pa.Schema]:
+    """The export's tables. Vectors are fixed-size lists of the embedder's dimension (an array column to readers);
+    a payload column keeps what import writes back whole, beside its fields as typed columns."""
+    vector = pa.list_(pa.float32(), dimension)
+    strings = pa.list_(pa.string())
+    return {
+        "documents": pa.schema([("doc_id", pa.string()), ("shard", pa.int64()), ("source", pa.string()),
+                                ("uri", pa.string()), ("title", pa.string()), ("text", pa.string()),
+                                ("content_hash", pa.string()), ("metadata", pa.string()),
+                                ("access_groups", strings), ("chunked_key", pa.string())]),
+        "chunks": pa.schema([("chunk_id", pa.string()), ("doc_id", pa.string()), ("shard", pa.int64()),
+                             ("position", pa.int64()), ("text", pa.string()), ("token_count", pa.int64()),
+                             ("start_char", pa.int64()), ("end_char", pa.int64()), ("headings", strings),
+                             ("vector", vector)]),
+        "mentions": pa.schema([("chunk_id", pa.string()), ("extractor_key", pa.string()), ("payload", pa.string()),
+                               ("entity_names", strings)]),
+        "entities": pa.schema([("element_id", pa.string()), ("content_hash", pa.string()), ("payload", pa.string()),
+                               ("name", pa.string()), ("type", pa.string()), ("description", pa.string()),
+                               ("doc_ids", strings)]),
+        "relationships": pa.schema([("element_id", pa.string()), ("content_hash", pa.string()),
+                                    ("payload", pa.string()), ("source_id", pa.string()), ("target_id", pa.string()),
+                                    ("source", pa.string()), ("target", pa.string()), ("type", pa.string()),
+                                    ("description", pa.string()), ("weight", pa.float64()), ("doc_ids", strings)]),
+        "communities": pa.schema([("community_id", pa.string()), ("level", pa.int64()), ("payload", pa.string()),
+                                  ("parent_id", pa.string()), ("entity_ids", strings), ("child_ids", strings)]),
+        "community_summaries": pa.schema([("community_id", pa.string()), ("content_hash", pa.string()),
+                                          ("payload", pa.string()), ("level", pa.int64()), ("title", pa.string()),
+                                          ("summary", pa.string()), ("rating", pa.float64()),
+                                          ("chunk_ids", strings), ("written_from", strings)]),
+        "embeddings": pa.schema([("text_hash", pa.string()), ("vector", vector)]),
+    }
 
 
 def write_export(directory: str | Path, tables: dict[str, pa.Table], manifest: dict[str, Any]) -> dict[str, Any]:
@@ -242,7 +255,7 @@ def entity_name_vectors(ws: Workspace) -> dict[str, np.ndarray]:
 
 def export_index(ws: Workspace, directory: str | Path) -> dict[str, Any]:
     """Write the workspace's index to ``directory`` as Parquet tables and a manifest; returns the manifest."""
-    tables = export_tables(ws.state, ws.embedder.name, entity_name_vectors(ws))
+    tables = export_tables(ws.state, ws.embedder.name, ws.embedding_dimension, entity_name_vectors(ws))
     manifest = {"embedder": {"model": ws.embedder.name, "dimension": ws.embedding_dimension},
                 "extractor_key": ws.extractor_key, "shard_count": ws.settings.shard_count,
                 "backends": {"graph": ws.settings.backends.graph, "vector": ws.settings.backends.vector},
