@@ -90,6 +90,7 @@ def channels(index_config, http_url):
 def test_tools_answer_as_the_query_module_and_hide_what_the_key_may_not_read(index_config, http_url, channel):
     open_session = channels(index_config, http_url)[channel]
     with open_index(config_path=index_config) as index:
+        version = index.version
         expected = {key: index.query(LAUNCH_QUESTION, groups=groups).to_dict()
                     for key, groups in ((PUBLIC_KEY, ()), (ONCALL_KEY, GROUPS))}
         contexts = {key: index.context("checkout-service", groups=groups)
@@ -103,11 +104,13 @@ def test_tools_answer_as_the_query_module_and_hide_what_the_key_may_not_read(ind
                 tools = {tool.name for tool in (await session.list_tools()).tools}
                 assert tools == {"search_knowledge", "incident_context", "explore_entity", "graph_overview"}
                 context = await call(session, "incident_context", subject="checkout-service")
-                assert context == json.loads(json.dumps({**contexts[key].to_dict(),
+                # as POST /v1/context and /v1/search answer: with the index version the answer came from
+                assert context == json.loads(json.dumps({"index_version": version, **contexts[key].to_dict(),
                                                          "markdown": contexts[key].to_markdown()}))
                 answer = await call(session, "search_knowledge", question=LAUNCH_QUESTION)
                 answer.pop("timings_ms")
-                assert answer == json.loads(json.dumps({k: v for k, v in expected[key].items() if k != "timings_ms"}))
+                assert answer == json.loads(json.dumps({"index_version": version, **{
+                    k: v for k, v in expected[key].items() if k != "timings_ms"}}))
                 restricted = await call(session, "search_knowledge", question=QUESTION, mode="graph")
                 restricted.pop("question")
                 hidden = await session.call_tool("explore_entity", {"entity_id": names["vault-gateway"]})

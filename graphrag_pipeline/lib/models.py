@@ -25,6 +25,19 @@ class Document:
 
 
 @dataclass(frozen=True, slots=True)
+class ChunkText:
+    """A chunk with its document, as a graph database's users read it (the lexical graph)."""
+
+    chunk_id: str
+    doc_id: str
+    position: int
+    text: str
+    title: str  # the document's
+    uri: str
+    access_groups: tuple[str, ...] = ()  # the groups that may read the document (none: everyone)
+
+
+@dataclass(frozen=True, slots=True)
 class Chunk:
     chunk_id: str  # content-derived (document id + text)
     doc_id: str

@@ -21,7 +21,7 @@ from fastapi import Depends, FastAPI, Query, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from graphrag_pipeline.lib.config import PipelineSettings
@@ -53,27 +53,41 @@ class ApiError(Exception):
         self.status, self.message, self.headers = status, message, headers or {}
 
 
-class SearchRequest(BaseModel):
-    # Strict: `true` or "5" is no top_k (JSON has numbers for that).
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    # a pattern with one non-blank character: a question of only spaces (a no-break space too) is refused by the
-    # schema as by the server
-    question: str = Field(min_length=1, pattern=r"\S", description="the question, in the words of the corpus where "
-                                                                    "possible")
-    mode: Mode = "hybrid"
-    top_k: int | None = Field(None, ge=1, le=MAX_TOP_K, description="results (default: the configuration's)")
-    max_hops: int | None = Field(None, ge=0, le=MAX_HOPS)
-    fusion: Fusion | None = None
-    results: Granularity | None = Field(None, description="documents (distinct documents, cited) or chunks")
+def _whole_number(value: Any) -> Any:
+    """JSON Schema counts 2.0 as an integer, so a body may send it for one (a client that builds bodies from floats):
+    taken as 2; 2.5, `true` and "5" stay refused (strict types)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-class ContextRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+WholeNumber = Annotated[int, BeforeValidator(_whole_number)]
 
-    subject: str = Field(min_length=1, pattern=r"\S", description="a service's name, or a question about one")
-    max_hops: int | None = Field(None, ge=0, le=MAX_HOPS, description="how far dependencies and dependents are "
-                                 "followed (default: the configuration's)")
+
+def request_models(max_question_chars: int) -> tuple[type[BaseModel], type[BaseModel]]:
+    """The bodies of /v1/search and /v1/context, with the configured question length in their schemas."""
+
+    class SearchRequest(BaseModel):
+        # Strict: `true` or "5" is no top_k (JSON has numbers for that).
+        model_config = ConfigDict(extra="forbid", strict=True)
+
+        # a pattern with one non-blank character: a question of only spaces (a no-break space too) is refused by
+        # the schema as by the server
+        question: str = Field(min_length=1, max_length=max_question_chars, pattern=r"\S",
+                              description="the question, in the words of the corpus where possible")
+        mode: Mode = "hybrid"
+        top_k: WholeNumber | None = Field(None, ge=1, le=MAX_TOP_K, description="results (default: the configuration's)")
+        max_hops: WholeNumber | None = Field(None, ge=0, le=MAX_HOPS)
+        fusion: Fusion | None = None
+        results: Granularity | None = Field(None, description="documents (distinct documents, cited) or chunks")
+
+    class ContextRequest(BaseModel):
+        model_config = ConfigDict(extra="forbid", strict=True)
+
+        subject: str = Field(min_length=1, max_length=max_question_chars, pattern=r"\S",
+                             description="a service's name, or a question about one")
+        max_hops: WholeNumber | None = Field(None, ge=0, le=MAX_HOPS, description="how far dependencies and "
+                                             "dependents are followed (default: the configuration's)")
+
+    return SearchRequest, ContextRequest
 
 
 @dataclass(frozen=True)
@@ -168,6 +182,7 @@ def create_app(index: OpenIndex, settings: PipelineSettings, keys: KeyRing) -> F
     """The API over one open index; the caller closes the index after the app stops."""
     config = settings.server
     slots = AnswerSlots(config, "graphrag-serve")
+    SearchRequest, ContextRequest = request_models(config.max_question_chars)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):

@@ -96,8 +96,9 @@ def create_mcp(index: OpenIndex, caller: Callable[[], Caller], *, keys: KeyRing 
         POST /v1/search."""
         who = caller()
         checked(question, "question")
-        return await answer(who, lambda: index.query(question, mode=mode, top_k=top_k, max_hops=max_hops,
-                                                     fusion=fusion, results=results, groups=who.groups).to_dict())
+        return await answer(who, lambda: {"index_version": index.version, **index.query(
+            question, mode=mode, top_k=top_k, max_hops=max_hops, fusion=fusion, results=results,
+            groups=who.groups).to_dict()})
 
     async def incident_context(
         subject: Annotated[str, Field(description="a service's name, or a question about one",
@@ -114,7 +115,7 @@ def create_mcp(index: OpenIndex, caller: Callable[[], Caller], *, keys: KeyRing 
 
         def context() -> dict[str, Any]:
             found = index.context(subject, max_hops=max_hops, groups=who.groups)
-            return {**found.to_dict(), "markdown": found.to_markdown()}
+            return {"index_version": index.version, **found.to_dict(), "markdown": found.to_markdown()}
 
         return await answer(who, context)
 
@@ -146,6 +147,7 @@ def strict_tool(fn: Callable[..., Any]) -> Tool:
     input schema (``additionalProperties: false``)."""
     tool = Tool.from_function(fn, annotations=READ_ONLY)
     loose = tool.fn_metadata.arg_model
+
     strict = type(loose.__name__, (loose,), {"model_config": ConfigDict(**loose.model_config, extra="forbid")})
     return tool.model_copy(update={"fn_metadata": tool.fn_metadata.model_copy(update={"arg_model": strict}),
                                    "parameters": {**tool.parameters, "additionalProperties": False}})

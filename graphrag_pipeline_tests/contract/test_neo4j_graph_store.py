@@ -324,3 +324,38 @@ def test_query_module_returns_the_same_results_on_both_backends(
                 assert [r.combined_score for r in actual.results] == [r.combined_score for r in expected.results]
                 compared += any(r.graph_score > 0 for r in expected.results)
         assert compared >= len(questions)  # the graph really contributed to the answers
+
+
+def test_the_lexical_graph_leads_from_entities_to_text_and_goes_with_its_chunks(open_store) -> None:
+    """Neo4j users know (:Document)<-[:PART_OF]-(:Chunk {text})-[:MENTIONS]->(:Entity) from neo4j-graphrag; chunk
+    nodes carried only an id, so nothing led from the graph to text."""
+    from graphrag_pipeline.lib.models import ChunkText
+
+    store = open_store(ontology=ONTOLOGY)
+    store.upsert_entities([entity("ada", type_="PERSON"), entity("api", type_="Service")])
+    store.set_chunk_mentions({"c1": ["ada", "api"], "c2": ["api"], "c3": ["ada"]})
+    chunks = [ChunkText("c1", "d1", 0, "Ada runs the API.", "Runbook", "file:///d1.md", ("sre",)),
+              ChunkText("c2", "d1", 1, "The API restarts.", "Runbook", "file:///d1.md", ("sre",)),
+              ChunkText("c3", "d2", 0, "Ada is on call.", "Rota", "file:///d2.md"),
+              ChunkText("c9", "d9", 0, "No mentions here.", "Nothing", "file:///d9.md")]
+    store.describe_chunks(chunks)
+    store.describe_chunks(chunks)  # idempotent
+    rows = cypher(store, "MATCH (d:Document)<-[:PART_OF]-(c:Chunk)-[:MENTIONS]->(e:Entity {entity_id: 'api'}) "
+                         "RETURN d.doc_id AS doc, d.title AS title, d.uri AS uri, d.access_groups AS groups, "
+                         "c.text AS text, c.position AS position ORDER BY position")
+    assert rows == [
+        {"doc": "d1", "title": "Runbook", "uri": "file:///d1.md", "groups": ["sre"], "text": "Ada runs the API.",
+         "position": 0},
+        {"doc": "d1", "title": "Runbook", "uri": "file:///d1.md", "groups": ["sre"], "text": "The API restarts.",
+         "position": 1},
+    ]
+    documents = lambda: sorted(r["doc"] for r in cypher(store, "MATCH (d:Document) RETURN d.doc_id AS doc"))
+    assert documents() == ["d1", "d2"]  # a chunk without mentions is not written
+    store.delete_chunks(["c3"])
+    assert documents() == ["d1"]  # a document goes with its last chunk
+    store.set_chunk_mentions({"c2": []})
+    store.delete_entities(["ada"])  # c1 keeps its mention of api
+    assert documents() == ["d1"]
+    assert [r["n"] for r in cypher(store, "MATCH (c:Chunk) RETURN count(c) AS n")] == [1]
+    store.delete_entities(["api"])
+    assert documents() == [] and cypher(store, "MATCH (c:Chunk) RETURN count(c) AS n")[0]["n"] == 0

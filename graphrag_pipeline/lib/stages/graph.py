@@ -8,7 +8,7 @@ from typing import Iterable, Sequence
 from graphrag_pipeline.lib.faults import crash_point
 from graphrag_pipeline.lib.ids import short_hash
 from graphrag_pipeline.lib.merge import entity_from_payload, relationship_from_payload
-from graphrag_pipeline.lib.models import Entity
+from graphrag_pipeline.lib.models import ChunkText, Entity
 from graphrag_pipeline.lib.stages.report import StageReport, accounted
 from graphrag_pipeline.lib.state import UNSYNCED
 from graphrag_pipeline.lib.stages.vectors import GLOBAL_SHARD, reconcile_collection, sync_points
@@ -181,6 +181,16 @@ def _mentions_after(
     return {chunk_id: sorted(eids) for chunk_id, eids in by_chunk.items() if eids}, scope
 
 
+def chunk_texts(ws: Workspace, chunk_ids: Sequence[str]) -> list[ChunkText]:
+    """The chunks with their documents' titles, URIs and access groups: the lexical graph's nodes."""
+    chunks = ws.state.chunks(chunk_ids=chunk_ids)
+    documents = {d.doc_id: d for d in ws.state.documents(doc_ids={c.doc_id for c in chunks})}
+    restricted = ws.state.restricted_documents()
+    return [ChunkText(c.chunk_id, c.doc_id, c.position, c.text, documents[c.doc_id].title, documents[c.doc_id].uri,
+                      tuple(sorted(restricted.get(c.doc_id, ()))))
+            for c in chunks if c.doc_id in documents]
+
+
 def _sync_mentions(
     ws: Workspace, mentions: dict[str, list[str]], synced: dict[str, str], scope: set[str] | None, report: StageReport
 ) -> None:
@@ -199,5 +209,6 @@ def _sync_mentions(
     if changed:
         ws.graph_store.set_chunk_mentions(changed)
         crash_point("graph:mentions-set")
+        ws.graph_store.describe_chunks(chunk_texts(ws, [cid for cid, eids in changed.items() if eids]))
     ws.state.record_synced("mentions", {cid: current[cid] for cid in changed}, [])
     report.counts["chunk_mentions_written"] = len(changed)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrag_pipeline.lib.models import Entity, EntityNames, Relationship
+from graphrag_pipeline.lib.models import ChunkText, Entity, EntityNames, Relationship
 from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, check_page
 from graphrag_pipeline.lib.stores.sqlite_files import naming_damage
 
@@ -416,6 +416,9 @@ class EmbeddedGraphStore:
             self._require_entities(conn, (pair[1] for pair in pairs), "chunk mentions")
             conn.execute(f"DELETE FROM mentions WHERE chunk_id IN {_IDS}", (_ids_json(mentions),))
             conn.executemany("INSERT INTO mentions (chunk_id, entity_id) VALUES (?, ?) ON CONFLICT DO NOTHING", pairs)
+
+    def describe_chunks(self, chunks: Sequence[ChunkText]) -> None:
+        """Kept thin: chunk texts and documents are in the state, which queries and exploration read."""
 
     def delete_entities(self, entity_ids: Sequence[str]) -> None:
         """Delete entities together with every relationship touching them and every mention of them."""

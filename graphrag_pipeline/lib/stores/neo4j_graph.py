@@ -8,7 +8,10 @@ Layout in the database:
 * ``(:Entity)-[:DEPENDS_ON {relationship_id, type, weight, description, predicates, chunk_ids, doc_ids}]->(:Entity)``:
   the Neo4j relationship type is the relationship's ontology type, or the ontology's fallback type when the
   relationship's type is not in the ontology; the ``type`` property keeps the relationship's own type.
-* ``(:Chunk {chunk_id})-[:MENTIONS]->(:Entity)``; a chunk node without mentions is removed.
+* The lexical graph Neo4j users know from neo4j-graphrag: ``(:Chunk {chunk_id, doc_id, position, text})-[:MENTIONS]->
+  (:Entity)`` and ``(:Chunk)-[:PART_OF]->(:Document {doc_id, title, uri, access_groups})``. A chunk node without
+  mentions is removed, and a document node without chunks with it. ``access_groups`` lists who may read the
+  document (empty: everyone): the database holds restricted text, and a user who queries it applies that rule.
 
 Nothing from a document or an LLM is ever interpolated into Cypher text: labels and relationship types come only
 from the ontology, are re-validated against ``IDENTIFIER`` right before use and quoted; every value is a parameter.
@@ -30,20 +33,23 @@ from neo4j import Driver, GraphDatabase, ManagedTransaction
 from neo4j.exceptions import ServiceUnavailable, SessionExpired
 
 from graphrag_pipeline.lib.config import IDENTIFIER, Ontology, default_config_data
-from graphrag_pipeline.lib.models import Entity, EntityNames, Relationship
+from graphrag_pipeline.lib.models import ChunkText, Entity, EntityNames, Relationship
 from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, check_page
 
 T = TypeVar("T")
 
 ENTITY_LABEL = "Entity"
 CHUNK_LABEL = "Chunk"
+DOCUMENT_LABEL = "Document"
 MENTIONS = "MENTIONS"
-_RESERVED_LABELS = frozenset({ENTITY_LABEL, CHUNK_LABEL})
+PART_OF = "PART_OF"
+_RESERVED_LABELS = frozenset({ENTITY_LABEL, CHUNK_LABEL, DOCUMENT_LABEL})
 
 # Idempotent schema: uniqueness constraints carry the id indexes the MERGEs use.
 _SCHEMA = (
     f"CREATE CONSTRAINT entity_id_unique IF NOT EXISTS FOR (e:{ENTITY_LABEL}) REQUIRE e.entity_id IS UNIQUE",
     f"CREATE CONSTRAINT chunk_id_unique IF NOT EXISTS FOR (c:{CHUNK_LABEL}) REQUIRE c.chunk_id IS UNIQUE",
+    f"CREATE CONSTRAINT document_id_unique IF NOT EXISTS FOR (d:{DOCUMENT_LABEL}) REQUIRE d.doc_id IS UNIQUE",
     f"CREATE INDEX entity_name IF NOT EXISTS FOR (e:{ENTITY_LABEL}) ON (e.name)",
     f"CREATE INDEX entity_mention_count IF NOT EXISTS FOR (e:{ENTITY_LABEL}) ON (e.mention_count)",
 )
@@ -421,11 +427,52 @@ class Neo4jGraphStore:
 
     @staticmethod
     def _drop_orphan_chunks(tx: ManagedTransaction, chunk_ids: Sequence[str]) -> None:
+        doc_ids = Neo4jGraphStore._documents_of(tx, chunk_ids)
         tx.run(
             f"UNWIND $ids AS id MATCH (c:{CHUNK_LABEL} {{chunk_id: id}}) "
-            f"WHERE NOT EXISTS {{ (c)-[:{MENTIONS}]->() }} DELETE c",
+            f"WHERE NOT EXISTS {{ (c)-[:{MENTIONS}]->() }} DETACH DELETE c",
             ids=_unique(chunk_ids),
         ).consume()
+        Neo4jGraphStore._drop_orphan_documents(tx, doc_ids)
+
+    @staticmethod
+    def _documents_of(tx: ManagedTransaction, chunk_ids: Sequence[str]) -> list[str]:
+        return tx.run(
+            f"UNWIND $ids AS id MATCH (:{CHUNK_LABEL} {{chunk_id: id}})-[:{PART_OF}]->(d:{DOCUMENT_LABEL}) "
+            "RETURN DISTINCT d.doc_id",
+            ids=_unique(chunk_ids),
+        ).value()
+
+    @staticmethod
+    def _drop_orphan_documents(tx: ManagedTransaction, doc_ids: Sequence[str]) -> None:
+        tx.run(
+            f"UNWIND $ids AS id MATCH (d:{DOCUMENT_LABEL} {{doc_id: id}}) "
+            f"WHERE NOT EXISTS {{ (:{CHUNK_LABEL})-[:{PART_OF}]->(d) }} DELETE d",
+            ids=_unique(doc_ids),
+        ).consume()
+
+    def describe_chunks(self, chunks: Sequence[ChunkText]) -> None:
+        """Each chunk's text and its document, for the chunks that are in the graph (they mention entities)."""
+        rows = [{"chunk_id": c.chunk_id, "doc_id": c.doc_id,
+                 "chunk": {"doc_id": c.doc_id, "position": c.position, "text": c.text},
+                 "document": {"title": c.title, "uri": c.uri, "access_groups": list(c.access_groups)}}
+                for c in {c.chunk_id: c for c in chunks}.values()]
+        for batch in self._batches(rows):
+            self._write(lambda tx, batch=batch: self._describe_batch(tx, batch))
+
+    @staticmethod
+    def _describe_batch(tx: ManagedTransaction, rows: Sequence[dict[str, Any]]) -> None:
+        chunk_ids = [row["chunk_id"] for row in rows]
+        previous = Neo4jGraphStore._documents_of(tx, chunk_ids)
+        tx.run(
+            f"UNWIND $ids AS id MATCH (:{CHUNK_LABEL} {{chunk_id: id}})-[p:{PART_OF}]->() DELETE p", ids=chunk_ids
+        ).consume()
+        tx.run(
+            f"UNWIND $rows AS row MATCH (c:{CHUNK_LABEL} {{chunk_id: row.chunk_id}}) SET c += row.chunk "
+            f"MERGE (d:{DOCUMENT_LABEL} {{doc_id: row.doc_id}}) SET d += row.document MERGE (c)-[:{PART_OF}]->(d)",
+            rows=list(rows),
+        ).consume()
+        Neo4jGraphStore._drop_orphan_documents(tx, previous)
 
     def delete_entities(self, entity_ids: Sequence[str]) -> None:
         """Delete entities together with every relationship touching them and every mention of them."""
@@ -455,13 +502,16 @@ class Neo4jGraphStore:
             self._write(lambda tx, batch=batch: work(tx, list(batch)))
 
     def delete_chunks(self, chunk_ids: Sequence[str]) -> None:
-        """Forget the chunks' mentions (entities keep their ``chunk_ids`` provenance until re-merged)."""
+        """Forget the chunks' mentions and texts (entities keep their ``chunk_ids`` provenance until re-merged), and
+        the documents left without chunks."""
+
+        def work(tx: ManagedTransaction, ids: list[str]) -> None:
+            doc_ids = self._documents_of(tx, ids)
+            tx.run(f"UNWIND $ids AS id MATCH (c:{CHUNK_LABEL} {{chunk_id: id}}) DETACH DELETE c", ids=ids).consume()
+            self._drop_orphan_documents(tx, doc_ids)
+
         for batch in self._batches(_unique(chunk_ids)):
-            self._write(
-                lambda tx, batch=batch: tx.run(
-                    f"UNWIND $ids AS id MATCH (c:{CHUNK_LABEL} {{chunk_id: id}}) DETACH DELETE c", ids=list(batch)
-                ).consume()
-            )
+            self._write(lambda tx, batch=batch: work(tx, list(batch)))
 
     def delete_by_document(self, doc_id: str) -> dict[str, int]:
         """Remove ``doc_id`` from the provenance of every entity and relationship; delete those left with no

@@ -7,7 +7,7 @@ from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from graphrag_pipeline.lib.models import Entity, EntityNames, Relationship, VectorHit, VectorPoint
+from graphrag_pipeline.lib.models import ChunkText, Entity, EntityNames, Relationship, VectorHit, VectorPoint
 
 # Vector collections every backend holds.
 CHUNKS = "chunks"
@@ -128,6 +128,11 @@ class GraphStore(Protocol):
     def upsert_relationships(self, relationships: Sequence[Relationship]) -> None: ...
 
     def set_chunk_mentions(self, mentions: dict[str, Sequence[str]]) -> None: ...  # chunk id -> entity ids (replaces)
+
+    # The text and document of chunks that mention entities, for a database its users query directly (Neo4j's
+    # (:Document)<-[:PART_OF]-(:Chunk {text})-[:MENTIONS]->(:Entity)); a store that keeps ids only (the embedded one:
+    # the state holds the text) takes no copy. Chunks without mentions are not written.
+    def describe_chunks(self, chunks: Sequence[ChunkText]) -> None: ...
 
     def delete_entities(self, entity_ids: Sequence[str]) -> None: ...  # with their relationships and mentions
 
