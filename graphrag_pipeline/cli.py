@@ -8,9 +8,8 @@ import os
 import sys
 from typing import Any, Sequence
 
-from graphrag_pipeline.lib.llm.errors import LLMError
+from graphrag_pipeline.lib.errors import GraphRAGError
 from graphrag_pipeline.lib.progress import TerminalProgressBar
-from graphrag_pipeline.lib.state import IndexBusyError
 from graphrag_pipeline.query.models import FUSIONS, GRANULARITIES, MODES
 
 
@@ -133,7 +132,8 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.error("eval builds its own index: use --work-dir to keep it, not --index-dir")
     try:
         return _run(args)
-    except (FileNotFoundError, ValueError, IndexBusyError, LLMError) as error:
+    # the pipeline's own errors, whatever their kind, and the OS's and the values' it passes on: one line, no traceback
+    except (GraphRAGError, FileNotFoundError, ValueError) as error:
         print(f"graphrag-pipeline: {error}", file=sys.stderr)
         return 2
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dagster import build_asset_context
+from dagster import build_asset_check_context, build_asset_context
 
 from graphrag_pipeline.cli import main as cli_main
 from graphrag_pipeline.defs.chunking.assets import chunks
@@ -278,7 +278,7 @@ def test_run_metadata_names_no_restricted_entity_title_document_or_text(built):
     materialized = {asset: "\n".join(_shown(m) for m in runs) for asset, runs in metadata.items()}
     for asset, text in materialized.items():
         assert not leaked(text), asset
-    checks = [*graph_integrity(graphrag=resource)] + [
+    checks = [*graph_integrity(build_asset_check_context(), graphrag=resource)] + [
         check(graphrag=resource) for check in (every_chunk_has_a_published_vector, quarantine_below_threshold,
                                                every_entity_has_a_published_vector, communities_cover_the_graph,
                                                every_summary_has_a_published_vector)]

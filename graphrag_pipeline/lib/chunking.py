@@ -37,6 +37,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from graphrag_pipeline.lib.ids import short_id
 from graphrag_pipeline.lib.models import Chunk, Document
+from graphrag_pipeline.lib.errors import GraphRAGError
 
 Strategy = Literal["recursive", "fixed"]
 Span = tuple[int, int]
@@ -87,8 +88,10 @@ def token_spans(offsets: Iterable[tuple[int, int]]) -> list[Span]:
     return spans
 
 
-class ChunkLimitExceeded(ValueError):
+class ChunkLimitExceeded(GraphRAGError, ValueError):
     """A document needs more chunks than ``max_chunks_per_document`` allows."""
+
+    kind = "invalid"
 
 
 TOKENIZE_WINDOW = 16_384  # characters given to the tokenizer at once

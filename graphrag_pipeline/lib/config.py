@@ -25,6 +25,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from graphrag_pipeline.lib.errors import GraphRAGError
 
 IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 
@@ -646,9 +647,11 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
         raise ConfigError(error, config_path) from None
 
 
-class ConfigError(ValueError):
+class ConfigError(GraphRAGError, ValueError):
     """Settings that do not validate, one line per problem, naming the key (and the known key nearest a misspelt
     one) rather than pydantic's dump."""
+
+    kind = "invalid"
 
     def __init__(self, error: ValidationError, config_path: str | os.PathLike[str] | None = None):
         where = f"{config_path}: " if config_path else ""

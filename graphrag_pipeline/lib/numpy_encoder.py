@@ -20,13 +20,16 @@ from typing import Sequence
 import numpy as np
 
 from graphrag_pipeline.lib.config import EmbedderConfig
+from graphrag_pipeline.lib.errors import GraphRAGError
 
 _BERT_WEIGHTS: dict[str, "BertWeights"] = {}
 _BERT_WEIGHTS_LOCK = threading.Lock()
 
 
-class UnsupportedModel(ValueError):
+class UnsupportedModel(GraphRAGError, ValueError):
     """The model directory holds something other than a mean-pooled, normalized BERT sentence encoder."""
+
+    kind = "invalid"
 
 
 def is_mean_pooled_bert(model_dir: Path) -> bool:

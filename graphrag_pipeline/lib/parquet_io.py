@@ -29,6 +29,7 @@ from graphrag_pipeline.lib.stages.embeddings import chunk_embedding_text
 from graphrag_pipeline.lib.stages.vectors import built_from, text_key
 from graphrag_pipeline.lib.stores.protocols import ENTITIES
 from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.lib.errors import GraphRAGError
 
 EXPORT_FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -36,8 +37,10 @@ TABLES = ("documents", "chunks", "mentions", "entities", "relationships", "commu
           "embeddings")
 
 
-class ExportMismatchError(ValueError):
+class ExportMismatchError(GraphRAGError, ValueError):
     """The export was made with another embedder than the configuration's: its vectors would not be comparable."""
+
+    kind = "invalid"
 
 
 def export_tables(state: StateStore, embedder_model: str, dimension: int,

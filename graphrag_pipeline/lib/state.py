@@ -33,6 +33,7 @@ from graphrag_pipeline.lib.models import (
     RelationMention,
 )
 from graphrag_pipeline.lib.stores.sqlite_files import DamagedStoreError, naming_damage
+from graphrag_pipeline.lib.errors import GraphRAGError
 
 # The recorded hash of a store entry whose write has begun but is not known to have finished, or that the store was
 # found to have lost: never equal to a content hash, so the next run writes the entry again. Recorded *before* a
@@ -855,11 +856,14 @@ class StateStore:
         return [Quarantined(*row) for row in self.query(sql + " ORDER BY stage, item_id", params)]
 
 
-class SchemaVersionError(RuntimeError):
+class SchemaVersionError(GraphRAGError, RuntimeError):
     """The index's state was written by a newer pipeline whose tables this one does not know."""
 
+    kind = "invalid"
 
-class IndexBusyError(RuntimeError):
+
+class IndexBusyError(GraphRAGError, RuntimeError):
+    kind = "busy"
     pass
 
 

@@ -34,13 +34,16 @@ from graphrag_pipeline.query.context import IncidentContext
 from graphrag_pipeline.query.engine import QueryEngine, QuestionVectors
 from graphrag_pipeline.query.models import QueryResponse
 from graphrag_pipeline.query.retrievers import Retrieval
+from graphrag_pipeline.lib.errors import GraphRAGError
 
 # What a complete build publishes and the retrievers read: passages, question linking, global summaries.
 PUBLISHED_COLLECTIONS = (CHUNKS, ENTITIES, COMMUNITIES)
 
 
-class IndexNotFoundError(FileNotFoundError):
+class IndexNotFoundError(GraphRAGError, FileNotFoundError):
     """There is no index where the settings point."""
+
+    kind = "unavailable"
 
 
 class IndexNotPublishedError(IndexNotFoundError):

@@ -25,8 +25,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from graphrag_pipeline.lib.config import PipelineSettings
-from graphrag_pipeline.lib.stores.sqlite_files import DamagedStoreError
-from graphrag_pipeline.query import IncidentContext, IndexNotFoundError, OpenIndex, QueryResponse
+from graphrag_pipeline.lib.errors import ErrorKind, GraphRAGError
+from graphrag_pipeline.query import IncidentContext, OpenIndex, QueryResponse
 from graphrag_pipeline.query.explore import (
     ENTITY_ORDERS,
     entity_neighbourhood,
@@ -42,6 +42,9 @@ ACCESS_LOG = logging.getLogger("graphrag_pipeline.server.access")
 ERROR_LOG = logging.getLogger("graphrag_pipeline.server")
 MAX_TOP_K = 50
 PAGE_LIMIT = 1000
+# HTTP status of each kind of the pipeline's errors (damaged and failed are answered without their details)
+STATUS_OF_KIND: dict[ErrorKind, int] = {"invalid": 400, "busy": 429, "unavailable": 503, "damaged": 503,
+                                        "failed": 500}
 BEARER = HTTPBearer(auto_error=False, scheme_name="bearer", description="an API key: Authorization: Bearer <key>")
 API_KEY_HEADER = APIKeyHeader(name="X-API-Key", auto_error=False, scheme_name="apiKey",
                               description="an API key, as the bearer token is")
@@ -262,18 +265,20 @@ def create_app(index: OpenIndex, settings: PipelineSettings, keys: KeyRing) -> F
     async def http_error(_request: Request, error: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"error": str(error.detail)}, status_code=error.status_code, headers=error.headers)
 
-    @app.exception_handler(DamagedStoreError)
-    async def damaged(_request: Request, error: DamagedStoreError) -> JSONResponse:
-        ERROR_LOG.error(str(error))  # the file and the remedy, for the operator; not for the caller
-        return JSONResponse({"error": "the index is damaged: its operator must repair it"}, status_code=503)
+    @app.exception_handler(GraphRAGError)
+    async def pipeline_error(_request: Request, error: GraphRAGError) -> JSONResponse:
+        """The pipeline's own errors, answered by their kind."""
+        if error.kind == "damaged":
+            ERROR_LOG.error(str(error))  # the file and the remedy, for the operator; not for the caller
+            return JSONResponse({"error": "the index is damaged: its operator must repair it"}, status_code=503)
+        if error.kind == "failed":
+            ERROR_LOG.exception("request failed")
+            return JSONResponse({"error": f"internal error ({type(error).__name__})"}, status_code=500)
+        return JSONResponse({"error": str(error)}, status_code=STATUS_OF_KIND[error.kind])
 
     @app.exception_handler(ValueError)
     async def refused_value(_request: Request, error: ValueError) -> JSONResponse:
         return JSONResponse({"error": str(error)}, status_code=400)
-
-    @app.exception_handler(IndexNotFoundError)
-    async def no_index(_request: Request, error: IndexNotFoundError) -> JSONResponse:
-        return JSONResponse({"error": str(error)}, status_code=503)
 
     @app.exception_handler(Exception)
     async def unexpected(_request: Request, error: Exception) -> JSONResponse:

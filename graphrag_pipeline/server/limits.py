@@ -12,16 +12,21 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from graphrag_pipeline.lib.config import ServerConfig
+from graphrag_pipeline.lib.errors import GraphRAGError
 
 T = TypeVar("T")
 
 
-class Busy(Exception):
+class Busy(GraphRAGError):
     """No slot is free (all of the server's, or all of this key's): answered at once, not queued."""
 
+    kind = "busy"
 
-class TimedOut(Exception):
+
+class TimedOut(GraphRAGError):
     """The work took longer than ``request_timeout_seconds``; it goes on in its thread, its answer is dropped."""
+
+    kind = "busy"
 
 
 def check_question(text: str, config: ServerConfig, what: str = "question") -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from graphrag_pipeline.lib.config import PriceSpec
+from graphrag_pipeline.lib.errors import GraphRAGError
 
 CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text with GPT-style tokenizers
 
@@ -28,8 +29,10 @@ def approximate_tokens(text: str) -> int:
     return len(text) // CHARS_PER_TOKEN + 1
 
 
-class BudgetExceeded(RuntimeError):
+class BudgetExceeded(GraphRAGError, RuntimeError):
     """The next call could take spending past the configured budget; the run should stop cleanly."""
+
+    kind = "busy"
 
 
 class RunLedger:

@@ -4,13 +4,16 @@ need not import the HTTP stack."""
 from __future__ import annotations
 
 import re
+from graphrag_pipeline.lib.errors import GraphRAGError
 
 # A 400/422 whose body names one of these is taken as the server not supporting structured output.
 _STRUCTURED_OUTPUT_REJECTION = re.compile(r"format|schema", re.IGNORECASE)
 
 
-class LLMError(RuntimeError):
+class LLMError(GraphRAGError, RuntimeError):
     """A model call that failed for good: retries exhausted, a request the server rejects, or an unusable reply."""
+
+    kind = "unavailable"
 
 
 class LLMUnavailable(LLMError):

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from graphrag_pipeline.lib.llm.prompts import PromptTemplate, packaged_template
 from graphrag_pipeline.lib.llm.runner import LLMRunner
+from graphrag_pipeline.lib.errors import GraphRAGError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -27,7 +28,7 @@ _REPAIR_PLACEHOLDERS = frozenset({"schema", "error", "raw"})
 ERROR_CHARS = 600  # pydantic lists every failing field; the first few are what a repair needs
 
 
-class OutputError(ValueError):
+class OutputError(GraphRAGError, ValueError):
     """A model answer that is not the JSON object asked for."""
 
 

@@ -86,6 +86,7 @@ from graphrag_pipeline.lib.sources.reader import (
     load_untrusted_yaml,
     unreadable_marker,
 )
+from graphrag_pipeline.lib.errors import GraphRAGError
 
 CATALOG_SUFFIXES = frozenset({".yaml", ".yml"})
 RECORD_KEY = "catalog"  # key of the typed part of a catalog document's extraction record
@@ -148,8 +149,10 @@ RELATIONS: dict[str, RelationSpec] = {
 }
 
 
-class CatalogError(ValueError):
+class CatalogError(GraphRAGError, ValueError):
     """An entry that cannot be read as a catalog entity; the message is the quarantine reason."""
+
+    kind = "invalid"
 
 
 # ------------------------------------------------------------------------------------------------- entity references

@@ -105,6 +105,7 @@ from graphrag_pipeline.lib.ids import content_hash
 from graphrag_pipeline.lib.models import Document, Quarantined
 from graphrag_pipeline.lib.sources.html_text import html_to_text
 from graphrag_pipeline.lib.sources.reader import RAW_EXCERPT, STAGE, ReadContext, SourceScan
+from graphrag_pipeline.lib.errors import GraphRAGError
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +137,10 @@ NO_COMMON_PRINCIPAL = "confluence:no-common-principal"  # matches nobody: nested
 _ERROR_EXCERPT = 300
 
 
-class ConfluenceError(RuntimeError):
+class ConfluenceError(GraphRAGError, RuntimeError):
     """The Confluence API could not be used: configuration, authentication, permissions, an unusable answer."""
+
+    kind = "unavailable"
 
     def __init__(self, message: str, status: int | None = None):
         super().__init__(message)

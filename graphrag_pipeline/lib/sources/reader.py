@@ -10,6 +10,7 @@ import yaml
 
 from graphrag_pipeline.lib.config import BaseSource
 from graphrag_pipeline.lib.models import Document, Quarantined
+from graphrag_pipeline.lib.errors import GraphRAGError
 
 STAGE = "sources"  # the stage named in the quarantine records of every reader
 RAW_EXCERPT = 2000  # enough of a bad item to diagnose it without copying huge payloads into the quarantine
@@ -93,8 +94,10 @@ def json_safe(value: Any) -> Any:
     return str(value)
 
 
-class YamlAliasError(yaml.composer.ComposerError):
+class YamlAliasError(GraphRAGError, yaml.composer.ComposerError):
     """Text a source supplies used a YAML alias."""
+
+    kind = "invalid"
 
 
 class _UntrustedYamlLoader(yaml.SafeLoader):

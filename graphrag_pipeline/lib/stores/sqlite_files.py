@@ -14,13 +14,15 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+from graphrag_pipeline.lib.errors import GraphRAGError
 
 REPAIR_HINT = ("run `graphrag-pipeline repair` to set it aside, then build again: the build re-derives it "
                "(the state from the sources, the graph and vectors from the state)")
 _DAMAGE_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 
 
-class DamagedStoreError(ValueError):
+class DamagedStoreError(GraphRAGError, ValueError):
+    kind = "damaged"
     def __init__(self, path: Path, error: sqlite3.DatabaseError):
         super().__init__(f"{path} is damaged ({error}); {REPAIR_HINT}")
         self.path = path

@@ -7,6 +7,7 @@ import re
 from typing import Sequence
 
 import numpy as np
+from graphrag_pipeline.lib.errors import GraphRAGError
 
 VECTOR_NAME = "dense"
 ID_KEY = "_id"  # payload key holding the pipeline's own point id
@@ -15,8 +16,10 @@ DOC_IDS_KEY = "doc_ids"
 _COLLECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
-class CollectionNotFoundError(KeyError):
+class CollectionNotFoundError(GraphRAGError, KeyError):
     """The collection was never created (writer) or is not in the published version (reader)."""
+
+    kind = "unavailable"
 
 
 def check_collection_name(collection: str) -> None:
