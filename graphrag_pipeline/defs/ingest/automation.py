@@ -52,12 +52,8 @@ CORPUS_WIDE_ASSETS = list(CORPUS_WIDE)
 # The two SINCEs compare times: `since_last_handled()` resets on an "or" of events, which carries no times, so a
 # shard run landing on the tick at which the previous corpus-wide run ended (or was requested) counted as handled by
 # it, and the change waited for the daily schedule. Each single event here carries its time, and the later one wins.
-# A parent updated by a run that also updated this asset was handled by that run: without that exclusion each asset
-# of the chain saw its parent land after its own request, in the run that requested both, and asked again (one change
-# made four corpus-wide runs, a minute apart, each one asset shorter).
 _PARENT_UPDATED_SINCE_HANDLED = (
-    AutomationCondition.any_deps_match(
-        AutomationCondition.newly_updated() & ~AutomationCondition.executed_with_root_target())
+    AutomationCondition.any_deps_match(AutomationCondition.newly_updated())
     .since(AutomationCondition.newly_requested())
     .since(AutomationCondition.newly_updated())
 )
