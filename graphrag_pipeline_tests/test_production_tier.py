@@ -103,3 +103,31 @@ def test_build_and_query_on_servers_touch_no_local_file_and_answer_as_the_embedd
 
         assert [p.name for p in builder.iterdir()] == [] and [p.name for p in agent.iterdir()] == []
         assert [str(p) for p in Path(env["HOME"]).rglob("*")] == []
+
+
+def test_a_neo4j_user_asks_the_sample_catalog_with_the_official_driver(tmp_path, monkeypatch):
+    """What a Neo4j user runs on the graph the pipeline wrote: the seeds' question in Cypher (the service, what it
+    depends on, who owns it), and the lexical graph from an entity to the text that mentions it."""
+    import neo4j
+
+    from graphrag_pipeline.lib.config import load_settings
+    from graphrag_pipeline_tests.contract.bolt_server import arcadedb_bolt_server
+
+    bolt = arcadedb_bolt_server()
+    database = bolt.create_database("seed")
+    for name, value in {"GRAPH_BACKEND": "neo4j", "NEO4J_URI": bolt.uri, "NEO4J_USER": bolt.user,
+                        "NEO4J_PASSWORD": bolt.password, "NEO4J_DATABASE": database}.items():
+        monkeypatch.setenv(name, value)
+    settings = load_settings(index_dir=str(tmp_path / "index"),
+                             sources=[{"name": "catalog", "kind": "catalog", "path": str(CHECKOUT / "data" / "catalog")}])
+    build(settings)
+    with neo4j.GraphDatabase.driver(bolt.uri, auth=(bolt.user, bolt.password)) as driver, \
+            driver.session(database=database) as session:
+        record = session.run("MATCH (s:Service {name: $n}) OPTIONAL MATCH (s)-[:DEPENDS_ON]->(d:Service) "
+                             "OPTIONAL MATCH (s)-[:OWNED_BY]->(t:Team) RETURN s, collect(d) AS deps, t",
+                             n="checkout").single()
+        assert record is not None and record["t"] is not None and record["t"]["name"] == "team-orders"
+        assert "payment" in {d["name"] for d in record["deps"]}
+        texts = session.run("MATCH (:Entity {name: $n})<-[:MENTIONS]-(c:Chunk)-[:PART_OF]->(d:Document) "
+                            "RETURN c.text AS text, d.title AS title", n="checkout").data()
+        assert texts and all(row["text"] and row["title"] for row in texts)

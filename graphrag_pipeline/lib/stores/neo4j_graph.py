@@ -3,8 +3,9 @@
 Layout in the database:
 
 * ``(:Entity {entity_id, name, canonical, type, description, mention_count, chunk_ids, doc_ids, aliases})`` plus
-  the entity's ontology type as a second label (``:Entity:Service``) when that type is a validated identifier of
-  the ontology; the ``type`` property is the source of truth for reads.
+  the entity's ontology type as a second label in one style, PascalCase (``:Entity:Service``, ``:Entity:Person``
+  for spaCy's PERSON), when that type is a validated identifier of the ontology; the ``type`` property keeps the type
+  as spelled and is the source of truth for reads.
 * ``(:Entity)-[:DEPENDS_ON {relationship_id, type, weight, description, predicates, chunk_ids, doc_ids}]->(:Entity)``:
   the Neo4j relationship type is the relationship's ontology type, or the ontology's fallback type when the
   relationship's type is not in the ontology; the ``type`` property keeps the relationship's own type.
@@ -72,6 +73,13 @@ def checked_identifier(name: str) -> str:
     if not isinstance(name, str) or not IDENTIFIER.match(name):
         raise ValueError(f"{name!r} is not a valid label or relationship type (must match {IDENTIFIER.pattern})")
     return f"`{name}`"
+
+
+def node_label(entity_type: str) -> str:
+    """An ontology type as a node label: PascalCase (PERSON → Person, WORK_OF_ART → WorkOfArt, Service → Service)."""
+    if entity_type.isupper() or "_" in entity_type:
+        return "".join(part.capitalize() for part in entity_type.split("_") if part)
+    return entity_type[0].upper() + entity_type[1:]
 
 
 def default_ontology() -> Ontology:
@@ -201,9 +209,12 @@ class Neo4jGraphStore:
         self.max_retries = max_retries
         self.retry_delay = retry_delay
         self.ontology = ontology if ontology is not None else default_ontology()
-        self._entity_labels = frozenset(
-            name for name in self.ontology.entity_type_names if IDENTIFIER.match(name) and name not in _RESERVED_LABELS
-        )
+        # type -> its node label, in one style (PascalCase) whether the ontology spells the type as spaCy does
+        # (PERSON, WORK_OF_ART) or as a catalog does (Service): :Person, :WorkOfArt, :Service
+        self._entity_labels = {
+            name: label for name in self.ontology.entity_type_names
+            if IDENTIFIER.match(name) and (label := node_label(name)) not in _RESERVED_LABELS
+        }
         relationship_types = {name for name in self.ontology.relationship_type_names if IDENTIFIER.match(name)}
         self._fallback_type = self.ontology.fallback_relationship_type
         checked_identifier(self._fallback_type)
@@ -262,12 +273,16 @@ class Neo4jGraphStore:
             statements.append(
                 f"CREATE INDEX rel_{rtype}_id IF NOT EXISTS FOR ()-[r:{quoted}]-() ON (r.relationship_id)"
             )
+        # Entities an earlier version labelled with the type as spelled (:PERSON) move to the label's style (:Person).
+        statements += [f"MATCH (e:{ENTITY_LABEL}:{checked_identifier(name)}) REMOVE e:{checked_identifier(name)} "
+                       f"SET e:{checked_identifier(label)}"
+                       for name, label in self._entity_labels.items() if label != name]
         for statement in statements:
             # Schema statements run one per auto-commit transaction (they cannot share a transaction with data).
             self._retrying(lambda statement=statement: self._run_auto_commit(statement))
 
     def _entity_label(self, entity_type: str) -> str | None:
-        return entity_type if entity_type in self._entity_labels else None
+        return self._entity_labels.get(entity_type)
 
     def _relationship_type(self, relationship_type: str) -> str:
         return relationship_type if relationship_type in self._relationship_types else self._fallback_type
