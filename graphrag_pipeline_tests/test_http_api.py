@@ -207,6 +207,12 @@ def test_health_readiness_and_the_openapi_document(served):
     assert set(document["components"]["securitySchemes"]) == {"bearer", "apiKey"}
     assert all(operation.get("security") for path, operations in paths.items() if path.startswith("/v1")
                for operation in operations.values())
+    # the bounds the server enforces are in the schema (schemathesis sent top_k 0 and max_hops -157869 as valid)
+    bounds = {name: next(option for option in field["anyOf"] if option.get("type") == "integer")
+              for name, field in document["components"]["schemas"]["SearchRequest"]["properties"].items()
+              if name in ("top_k", "max_hops")}
+    assert (bounds["top_k"]["minimum"], bounds["top_k"]["maximum"]) == (1, 50)
+    assert (bounds["max_hops"]["minimum"], bounds["max_hops"]["maximum"]) == (0, 3)
     # a question of blanks is refused by the schema as the server refuses it
     assert document["components"]["schemas"]["SearchRequest"]["properties"]["question"]["pattern"] == "\\S"
     assert httpx.get(f"{url}/docs").status_code == 404  # no page that loads its scripts from a CDN

@@ -62,7 +62,11 @@ def _whole_number(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-WholeNumber = Annotated[int, BeforeValidator(_whole_number)]
+def whole_number(low: int, high: int) -> Any:
+    """An integer in [low, high] that a whole-number float may stand for. The bounds sit on the integer, before the
+    float's conversion, so the OpenAPI document states them as minimum and maximum (after it they were written as
+    pydantic's own `ge`/`le`, which no client reads, and schemathesis sent what the server then refused)."""
+    return Annotated[int, Field(ge=low, le=high), BeforeValidator(_whole_number)]
 
 
 def request_models(max_question_chars: int) -> tuple[type[BaseModel], type[BaseModel]]:
@@ -77,8 +81,8 @@ def request_models(max_question_chars: int) -> tuple[type[BaseModel], type[BaseM
         question: str = Field(min_length=1, max_length=max_question_chars, pattern=r"\S",
                               description="the question, in the words of the corpus where possible")
         mode: Mode = "hybrid"
-        top_k: WholeNumber | None = Field(None, ge=1, le=MAX_TOP_K, description="results (default: the configuration's)")
-        max_hops: WholeNumber | None = Field(None, ge=0, le=MAX_HOPS)
+        top_k: whole_number(1, MAX_TOP_K) | None = Field(None, description="results (default: the configuration's)")
+        max_hops: whole_number(0, MAX_HOPS) | None = None
         fusion: Fusion | None = None
         results: Granularity | None = Field(None, description="documents (distinct documents, cited) or chunks")
 
@@ -87,8 +91,8 @@ def request_models(max_question_chars: int) -> tuple[type[BaseModel], type[BaseM
 
         subject: str = Field(min_length=1, max_length=max_question_chars, pattern=r"\S",
                              description="a service's name, or a question about one")
-        max_hops: WholeNumber | None = Field(None, ge=0, le=MAX_HOPS, description="how far dependencies and "
-                                             "dependents are followed (default: the configuration's)")
+        max_hops: whole_number(0, MAX_HOPS) | None = Field(
+            None, description="how far dependencies and dependents are followed (default: the configuration's)")
 
     return SearchRequest, ContextRequest
 
