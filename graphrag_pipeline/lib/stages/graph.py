@@ -209,6 +209,7 @@ def _sync_mentions(
     if changed:
         ws.graph_store.set_chunk_mentions(changed)
         crash_point("graph:mentions-set")
-        ws.graph_store.describe_chunks(chunk_texts(ws, [cid for cid, eids in changed.items() if eids]))
+        if ws.graph_store.keeps_chunk_texts:  # the embedded store does not: no chunk is read for it
+            ws.graph_store.describe_chunks(chunk_texts(ws, [cid for cid, eids in changed.items() if eids]))
     ws.state.record_synced("mentions", {cid: current[cid] for cid in changed}, [])
     report.counts["chunk_mentions_written"] = len(changed)

@@ -417,8 +417,11 @@ class EmbeddedGraphStore:
             conn.execute(f"DELETE FROM mentions WHERE chunk_id IN {_IDS}", (_ids_json(mentions),))
             conn.executemany("INSERT INTO mentions (chunk_id, entity_id) VALUES (?, ?) ON CONFLICT DO NOTHING", pairs)
 
+    # Kept thin: chunk texts and documents are in the state, which queries and exploration read.
+    keeps_chunk_texts = False
+
     def describe_chunks(self, chunks: Sequence[ChunkText]) -> None:
-        """Kept thin: chunk texts and documents are in the state, which queries and exploration read."""
+        """Nothing to keep (``keeps_chunk_texts``)."""
 
     def delete_entities(self, entity_ids: Sequence[str]) -> None:
         """Delete entities together with every relationship touching them and every mention of them."""

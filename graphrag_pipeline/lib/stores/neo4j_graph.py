@@ -466,6 +466,8 @@ class Neo4jGraphStore:
             ids=_unique(doc_ids),
         ).consume()
 
+    keeps_chunk_texts = True  # its users read text from the graph
+
     def describe_chunks(self, chunks: Sequence[ChunkText]) -> None:
         """Each chunk's text and its document, for the chunks that are in the graph (they mention entities)."""
         rows = [{"chunk_id": c.chunk_id, "doc_id": c.doc_id,

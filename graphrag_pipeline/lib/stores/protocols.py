@@ -131,7 +131,10 @@ class GraphStore(Protocol):
 
     # The text and document of chunks that mention entities, for a database its users query directly (Neo4j's
     # (:Document)<-[:PART_OF]-(:Chunk {text})-[:MENTIONS]->(:Entity)); a store that keeps ids only (the embedded one:
-    # the state holds the text) takes no copy. Chunks without mentions are not written.
+    # the state holds the text) says so with ``keeps_chunk_texts`` and is not given them. Chunks without mentions are
+    # not written.
+    keeps_chunk_texts: bool
+
     def describe_chunks(self, chunks: Sequence[ChunkText]) -> None: ...
 
     def delete_entities(self, entity_ids: Sequence[str]) -> None: ...  # with their relationships and mentions
