@@ -198,7 +198,8 @@ def test_a_dagster_run_over_a_damaged_index_fails_the_check_in_the_run(tmp_path)
 
 def test_a_graph_check_runs_alone_and_a_broken_graph_blocks_the_communities(tmp_path):
     """The three graph checks were one unsubsettable multi-check (the UI's Execute greyed out), and none was blocking:
-    a graph that is not the index's went on into communities. Now each runs alone, and a failed one stops the chain."""
+    a graph that is not the index's went on into communities. Now each runs alone, and a failed structural one (a
+    relationship to a missing entity, an element without provenance) stops the chain."""
     from dagster import AssetCheckKey, AssetKey, AssetSelection, Definitions, define_asset_job
 
     from graphrag_pipeline.definitions import definitions_with
