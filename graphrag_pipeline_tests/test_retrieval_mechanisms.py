@@ -13,7 +13,7 @@ What is pinned (see the retrievers' module docstring):
 * chunk graph score: max over reached entities of activation x specificity (1 / (1 + log10(mention count)))
   x 1.5 when the entity is the chunk's document title, clipped to 1; a chunk-seeded entity scores its own entry
   chunk only with the weight another entry chunk gave it;
-* fusion: 0.7 * vector + 0.3 * graph, or reciprocal-rank fusion of the two rankings, a passage reached from an entry
+* fusion: 0.7 * vector + 0.35 * graph, or reciprocal-rank fusion of the two rankings, a passage reached from an entry
   passage ranking no higher than it;
 * fallback to plain vector search when nothing is linked and the entry chunks mention no entity.
 """
@@ -512,7 +512,7 @@ def test_each_chunk_keeps_its_largest_contribution_and_the_smallest_entity_givin
 
 
 @pytest.mark.parametrize("question", [BRIDGE_QUESTION, HUB_QUESTION, LAGOON_QUESTION])
-def test_weighted_fusion_is_0_7_vector_plus_0_3_graph_plus_0_3_keyword_for_every_candidate(engine, question):
+def test_weighted_fusion_is_0_7_vector_plus_0_35_graph_plus_0_3_keyword_for_every_candidate(engine, question):
     retrieval = engine.retrieve(question, fusion="weighted")
     entry = set(engine.retrieve(question, mode="vector").combined)
     keyword = engine.retrieve(question, mode="keyword").keyword_scores
@@ -523,13 +523,13 @@ def test_weighted_fusion_is_0_7_vector_plus_0_3_graph_plus_0_3_keyword_for_every
     assert any(retrieval.graph_scores.get(c, 0) > 0 for c in candidates)
     without_graph = {c: 0.7 * retrieval.vector_scores.get(c, retrieval.vector_floor) + 0.3 * keyword.get(c, 0.0)
                      for c in candidates}
-    fused = {c: without_graph[c] + 0.3 * retrieval.graph_scores.get(c, 0.0) for c in candidates}
+    fused = {c: without_graph[c] + 0.35 * retrieval.graph_scores.get(c, 0.0) for c in candidates}
     assert retrieval.combined == pytest.approx(cap_at_origin(fused, without_graph, retrieval.reached_from), abs=1e-9)
 
     response = engine.query(question, fusion="weighted", top_k=10)
     assert response.results
     for result in response.results:
-        expected = 0.7 * result.vector_score + 0.3 * result.graph_score + 0.3 * result.keyword_score
+        expected = 0.7 * result.vector_score + 0.35 * result.graph_score + 0.3 * result.keyword_score
         if result.chunk_id in retrieval.reached_from:
             assert result.combined_score <= expected + 2e-6
         else:
@@ -545,7 +545,7 @@ def test_rrf_fusion_is_reciprocal_rank_fusion_of_the_vector_graph_and_keyword_ra
     graph_ranking = rank({c: s for c, s in retrieval.graph_scores.items() if c in candidates and s > 0})
     keyword_ranking = rank(retrieval.keyword_scores)
     assert graph_ranking and keyword_ranking
-    weights = {"vector": 0.7, "graph": 0.3, "keyword": 0.3, "relation": 1.5, "identifier": 0.7}
+    weights = {"vector": 0.7, "graph": 0.35, "keyword": 0.3, "relation": 1.5, "identifier": 0.7}
     rankings = {"vector": vector_ranking, "keyword": keyword_ranking, "relation": [], "identifier": []}
     expected = cap_at_origin(
         reciprocal_rank_fusion({**rankings, "graph": graph_ranking}, k=60, weights=weights),
@@ -583,7 +583,7 @@ def test_a_passage_reached_from_an_entry_passage_ranks_right_after_it_not_above_
         origin, neighbour, filler = (chunk[doc_id(name)] for name in files)
         retrieval = engine.retrieve(question)
         assert not retrieval.linked and retrieval.reached_from == {neighbour: origin}
-        uncapped = {c: 0.7 * retrieval.vector_scores[c] + 0.3 * retrieval.graph_scores.get(c, 0.0)
+        uncapped = {c: 0.7 * retrieval.vector_scores[c] + 0.35 * retrieval.graph_scores.get(c, 0.0)
                     for c in chunk.values()}
         assert uncapped[neighbour] > uncapped[origin] > uncapped[filler]  # what the graph alone would do
         assert 0.7 * retrieval.vector_scores[neighbour] < uncapped[filler]  # its similarity alone ranks it last

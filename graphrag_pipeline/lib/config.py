@@ -236,7 +236,7 @@ class RetrievalConfig(StrictModel):
     fanout: int = Field(50, ge=1)
     fusion: Literal["weighted", "rrf"] = "weighted"
     vector_weight: float = Field(0.7, ge=0)
-    graph_weight: float = Field(0.3, ge=0)
+    graph_weight: float = Field(0.35, ge=0)
     rrf_k: int = Field(60, ge=1)
     top_k: int = Field(10, ge=1)
     # Question vectors kept for repeated questions (agents ask the same one again): the embedding is most of a warm
