@@ -113,6 +113,15 @@ def test_first_tick_without_index_requests_every_shard_with_documents(config):
     assert stored["generation"] == 1
 
 
+def test_the_sensor_cursor_stays_small_with_documents_in_every_shard(config):
+    """The cursor is shown on the sensor's page: every shard's fingerprint, not every shard's full digest."""
+    for i in range(400):  # enough documents that every one of the 64 shards holds some
+        (corpus(config) / f"company-{i}.md").write_text(f"# Company {i}\n\nCompany {i} makes part {i}.\n")
+    result, cursor = sensor_tick(config)
+    assert len(requested(result)) == len(json.loads(cursor)["shards"]) == SHARDS.get_num_partitions()
+    assert len(cursor) <= 2000  # 4.8 KB with the full digests
+
+
 def test_unchanged_sources_after_a_tick_request_nothing(config):
     _, cursor = sensor_tick(config)
     result, next_cursor = sensor_tick(config, cursor)
