@@ -5,7 +5,8 @@
 Builds `data/corpus` + `data/catalog` twice in this process with one loaded embedder: embedded (SQLite state, the
 embedded graph, Qdrant Edge) and on servers (PostgreSQL state from the tests' throw-away PostgreSQL 18, ArcadeDB's
 Bolt server, qdrant-client's local mode). Prints each build's per-stage seconds, then query latency percentiles per
-mode over the same questions, and whether both indexes gave the same top document for each.
+mode over the same questions, Bolt round trips (read transactions) per question on the servers, and whether both
+indexes gave the same top document for each.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 from graphrag_pipeline.lib.config import load_settings
 from graphrag_pipeline.lib.embedders import configured_embedder
 from graphrag_pipeline.lib.stages import build_everything
+from graphrag_pipeline.lib.stores.neo4j_graph import Neo4jGraphStore
 from graphrag_pipeline.lib.workspace import Workspace
 from graphrag_pipeline.query import open_index
 from graphrag_pipeline_tests.conftest import SAMPLE_CATALOG, SAMPLE_CORPUS
@@ -48,20 +50,50 @@ def _build(settings, embedder) -> dict[str, float]:
     return {**{r.stage: sum(r.seconds.values()) for r in reports}, "total": total}
 
 
-def _latencies(settings, embedder, questions, repeats: int) -> tuple[dict[str, list[float]], list[str]]:
+class ReadCounter:
+    """Counts the graph store's read transactions (one Bolt round trip each, or more when one runs several
+    statements: ``statements`` counts those)."""
+
+    def __init__(self) -> None:
+        self.transactions = self.statements = 0
+        original = Neo4jGraphStore._read
+
+        def counted(store, work):
+            self.transactions += 1
+
+            def counting_work(tx):
+                run = tx.run
+
+                def counted_run(*args, **kwargs):
+                    self.statements += 1
+                    return run(*args, **kwargs)
+
+                tx.run = counted_run
+                return work(tx)
+
+            return original(store, counting_work)
+
+        Neo4jGraphStore._read = counted
+
+
+def _latencies(settings, embedder, questions, repeats: int, reads: ReadCounter,
+               ) -> tuple[dict[str, list[float]], dict[str, list[int]], list[str]]:
     times: dict[str, list[float]] = {mode: [] for mode in MODES}
+    round_trips: dict[str, list[int]] = {mode: [] for mode in MODES}
     tops = []
     with open_index(settings=settings, embedder=embedder) as index:
         index.query(questions[0])  # lookups built on the first question: paid once per process
         for _ in range(repeats):
             for question in questions:
                 for mode in MODES:
+                    before = reads.statements
                     started = time.perf_counter()
                     response = index.query(question, mode=mode)
                     times[mode].append((time.perf_counter() - started) * 1000)
+                    round_trips[mode].append(reads.statements - before)
                     if mode == "hybrid" and len(tops) < len(questions):
                         tops.append(response.results[0].doc_id if response.results else "")
-    return times, tops
+    return times, round_trips, tops
 
 
 def main() -> None:
@@ -74,6 +106,7 @@ def main() -> None:
     embedder = configured_embedder(base, query=False)
     embedder.embed(["warm up"])
     rows = {}
+    reads = ReadCounter()
     with tempfile.TemporaryDirectory(prefix="bench-backends-") as scratch, embedded_server() as server, \
             throwaway_database(server) as database:
         embedded = base.with_overrides(index_dir=str(Path(scratch) / "embedded"))
@@ -87,15 +120,16 @@ def main() -> None:
             "qdrant": {"path": str(Path(scratch) / "qdrant")}})
         for name, settings in (("embedded", embedded), ("PostgreSQL + Bolt + qdrant-client", servers)):
             stages = _build(settings, embedder)
-            times, tops = _latencies(settings, embedder, QUESTIONS, args.repeats)
-            rows[name] = (stages, times, tops)
+            times, round_trips, tops = _latencies(settings, embedder, QUESTIONS, args.repeats, reads)
+            rows[name] = (stages, times, round_trips, tops)
         stop_arcadedb_bolt_server()
-    for name, (stages, times, _) in rows.items():
+    for name, (stages, times, round_trips, _) in rows.items():
         print(f"\n{name}: build {stages.pop('total'):.1f} s — " + ", ".join(f"{k} {v:.1f}" for k, v in stages.items()))
         for mode, values in times.items():
             print(f"  {mode:7s} p50 {np.percentile(values, 50):7.1f} ms   p95 {np.percentile(values, 95):7.1f} ms"
-                  f"   ({len(values)} queries)")
-    (_, _, first), (_, _, second) = rows.values()
+                  f"   ({len(values)} queries)   Bolt statements per question: median "
+                  f"{np.median(round_trips[mode]):.0f}, max {max(round_trips[mode])}")
+    (_, _, _, first), (_, _, _, second) = rows.values()
     print(f"\nsame top hybrid document for {sum(a == b for a, b in zip(first, second))} of {len(first)} questions")
 
 
