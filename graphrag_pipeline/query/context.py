@@ -228,9 +228,7 @@ class ContextBuilder:
         for hop in range(1, max_hops + 1):
             if not frontier:
                 break
-            neighbourhoods = self.graph.neighbourhoods(frontier, [self.config.dependency_type])
-            relationship_ids = {rid for n in neighbourhoods.values() for _, rid, _ in n.edges}
-            relationships = self.graph.get_relationships(relationship_ids)
+            relationships = self.graph.relationships_of(frontier, [self.config.dependency_type])
             steps: dict[str, tuple[float, str, Relationship]] = {}
             for relationship in relationships.values():
                 if not access.can_read_any(relationship.doc_ids):
@@ -295,8 +293,7 @@ class _ServiceDetails:
         config, graph = self.config, self.builder.graph
         service_ids = set(service_ids)
         types = [config.owner_type, *config.document_types, config.incident_type]
-        neighbourhoods = graph.neighbourhoods(service_ids, types)
-        relationships = graph.get_relationships({rid for n in neighbourhoods.values() for _, rid, _ in n.edges})
+        relationships = graph.relationships_of(service_ids, types)
         for relationship in sorted(relationships.values(), key=lambda r: (-r.weight, r.relationship_id)):
             if not self.access.can_read_any(relationship.doc_ids):
                 continue

@@ -509,10 +509,9 @@ class GraphRetriever(VectorRetriever):
             chain = intent.chained and bool(previous)
             subjects = previous if chain else intent.subjects
             step = step + 1 if chain else 1
-            neighbourhoods = graph.neighbourhoods(subjects, [intent.relationship_type])
-            relationship_ids = {rid for n in neighbourhoods.values() for _, rid, _ in n.edges}
+            relationships = graph.relationships_of(subjects, [intent.relationship_type])
             this_step: set[str] = set()
-            for relationship in sorted(graph.get_relationships(relationship_ids - hidden).values(),
+            for relationship in sorted((r for rid, r in relationships.items() if rid not in hidden),
                                        key=lambda r: r.relationship_id):
                 ends = (relationship.source_id, relationship.target_id)
                 subject, other = ends if intent.direction == "outgoing" else ends[::-1]

@@ -266,6 +266,19 @@ def test_neighbourhoods_type_filter_lists_only_those_types(graph_store: GraphSto
         }
 
 
+def test_relationships_of_are_the_relationships_the_neighbourhoods_list(graph_store: GraphStore) -> None:
+    neighbourhood_graph(graph_store)
+
+    for entity_ids in (["a"], ["a", "e", "ghost"], ["alone"], []):
+        for types in (None, ["RELATED_TO"], ["DEPENDS_ON", "OWNED_BY", "NOT_A_TYPE"], []):
+            listed = {rid for hood in graph_store.neighbourhoods(entity_ids, types).values() for _, rid, _ in hood.edges}
+            assert graph_store.relationships_of(entity_ids, types) == graph_store.get_relationships(listed)
+    # Both directions, every field, and no self-loop.
+    assert set(graph_store.relationships_of(["a"])) == {rid for _, rid, _ in A_EDGES}
+    assert graph_store.relationships_of(["a"], ["OWNED_BY"]) == graph_store.get_relationships(["a-OWNED_BY-d"])
+    assert graph_store.relationships_of(["a"], ["OWNED_BY"])["a-OWNED_BY-d"].target_id == "d"
+
+
 def test_neighbourhoods_limit_and_complete_flag(graph_store: GraphStore) -> None:
     neighbourhood_graph(graph_store)
 

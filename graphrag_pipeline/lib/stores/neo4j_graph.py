@@ -174,6 +174,17 @@ RETURN e.entity_id AS entity_id, degree, heaviest, size(allowed) AS total,
        CASE WHEN $limit IS NULL THEN allowed ELSE allowed[0..$limit] END AS edges
 """
 
+# The relationships of given types touching given entities, found from the entities (indexed by id) rather than by
+# relationship id, which ArcadeDB answers by scanning every relationship of every type.
+_RELATIONSHIPS_OF = f"""
+UNWIND $ids AS id
+MATCH (e:{ENTITY_LABEL} {{entity_id: id}})-[r]-(n:{ENTITY_LABEL})
+WHERE n <> e AND ($types IS NULL OR r.type IN $types)
+WITH DISTINCT r
+WITH r, startNode(r) AS s, endNode(r) AS t
+RETURN {_RELATIONSHIP_RETURN}
+"""
+
 
 class Neo4jGraphStore:
     """``GraphStore`` over the Bolt protocol with the official ``neo4j`` driver.
@@ -616,6 +627,18 @@ class Neo4jGraphStore:
             "RETURN e.entity_id AS key, c.chunk_id AS value",
             entity_ids,
         )
+
+    def relationships_of(
+        self, entity_ids: Iterable[str], relationship_types: Sequence[str] | None = None
+    ) -> dict[str, Relationship]:
+        """Relationships of those types between one of ``entity_ids`` and another entity (see ``GraphStore``), from
+        the indexed entities: one query per ``batch_size`` ids."""
+        types = None if relationship_types is None else sorted(set(relationship_types))
+        found: dict[str, Relationship] = {}
+        for batch in self._batches(_unique(entity_ids)):
+            for record in self._query(_RELATIONSHIPS_OF, ids=list(batch), types=types):
+                found[record["relationship_id"]] = _relationship_from_record(record)
+        return found
 
     def relationships_between(self, entity_ids: Iterable[str], limit: int = 50) -> list[Relationship]:
         """Relationships with both ends in ``entity_ids``, heaviest first (ties by relationship id)."""
