@@ -180,3 +180,9 @@ def test_vectors_are_fixed_size_and_communities_are_typed_columns(built):
     assert summaries["title"].str.len().gt(0).all() and summaries["summary"].str.len().gt(0).all()
     assert summaries["written_from"].map(len).gt(0).all() and summaries["level"].ge(0).all()
     assert set(summaries["community_id"]) <= set(communities["community_id"])
+    documents = pyarrow.parquet.read_table(export_dir / "documents.parquet")
+    assert documents.schema.field("last_modified").type == pyarrow.timestamp("ms", tz="UTC")
+    folder_documents = [row for row in documents.to_pylist() if "modified" in json.loads(row["metadata"])]
+    assert folder_documents and all(
+        row["last_modified"].isoformat(timespec="seconds") == json.loads(row["metadata"])["modified"]
+        for row in folder_documents)

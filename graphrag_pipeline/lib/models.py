@@ -6,8 +6,13 @@ Configuration lives in pydantic models (``lib.config``); these are data.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+# Where sources put a document's last-modified time (their own clock), ISO 8601: folders the file's ("modified"),
+# Confluence the page version's ("last_modified").
+LAST_MODIFIED_KEYS = ("last_modified", "modified")
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +27,19 @@ class Document:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def last_modified(self) -> dt.datetime | None:
+        """When the source last changed this document, in UTC, if the source says (None otherwise, or when the time
+        it gave does not parse)."""
+        for key in LAST_MODIFIED_KEYS:
+            value = self.metadata.get(key)
+            if isinstance(value, str):
+                try:
+                    stamp = dt.datetime.fromisoformat(value)
+                except ValueError:
+                    continue
+                return (stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.timezone.utc)).astimezone(dt.timezone.utc)
+        return None
 
 
 @dataclass(frozen=True, slots=True)

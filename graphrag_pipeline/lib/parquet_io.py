@@ -81,7 +81,8 @@ def export_tables(state: StateStore, embedder_model: str, dimension: int,
         "documents": [
             {"doc_id": d.doc_id, "shard": shards[d.doc_id], "source": d.source, "uri": d.uri, "title": d.title,
              "text": d.text, "content_hash": d.content_hash, "metadata": json.dumps(d.metadata, default=str),
-             "access_groups": sorted(set(access_groups_of(d))), "chunked_key": chunked_keys[d.doc_id]}
+             "access_groups": sorted(set(access_groups_of(d))), "chunked_key": chunked_keys[d.doc_id],
+             "last_modified": d.last_modified()}
             for d in documents
         ],
         "chunks": chunk_rows,
@@ -147,7 +148,9 @@ def _schemas(dimension: int) -> dict[str, pa.Schema]:
         "documents": pa.schema([("doc_id", pa.string()), ("shard", pa.int64()), ("source", pa.string()),
                                 ("uri", pa.string()), ("title", pa.string()), ("text", pa.string()),
                                 ("content_hash", pa.string()), ("metadata", pa.string()),
-                                ("access_groups", strings), ("chunked_key", pa.string())]),
+                                ("access_groups", strings), ("chunked_key", pa.string()),
+                                # the source's own time of the document's last change (None: the source gives none)
+                                ("last_modified", pa.timestamp("ms", tz="UTC"))]),
         "chunks": pa.schema([("chunk_id", pa.string()), ("doc_id", pa.string()), ("shard", pa.int64()),
                              ("position", pa.int64()), ("text", pa.string()), ("token_count", pa.int64()),
                              ("start_char", pa.int64()), ("end_char", pa.int64()), ("headings", strings),
