@@ -397,3 +397,99 @@ def test_daily_corpus_refresh_skips_the_day_while_a_run_is_in_progress(instance)
         result = daily_corpus_refresh(context)
 
     assert isinstance(result, SkipReason) and running.run_id in result.skip_message
+
+
+def test_the_chain_is_not_requested_again_on_the_ticks_after_it_ran(instance):
+    """Each corpus-wide asset's parent was updated after it was requested (by the chain run itself): that must not
+    bring it again on a later tick, once the asset itself was updated after the parent."""
+    from dagster import AssetMaterialization, evaluate_automation_conditions
+
+    from graphrag_pipeline.definitions import definitions_with
+    from graphrag_pipeline.defs.ingest.automation import CORPUS_WIDE_ASSETS
+
+    defs = definitions_with(GraphRAGResource())
+    cursor = evaluate_automation_conditions(defs=defs, instance=instance).cursor
+    instance.report_runless_asset_event(AssetMaterialization("extracted_elements", partition=shard_key(3)))
+    requested = evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
+    assert requested.total_requested == len(CORPUS_WIDE_ASSETS)
+    cursor = requested.cursor
+
+    for name in CORPUS_WIDE_ASSETS:
+        instance.report_runless_asset_event(AssetMaterialization(name))
+    for _ in range(3):
+        later = evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
+        assert later.total_requested == 0
+        cursor = later.cursor
+
+
+@pytest.mark.parametrize("steps_per_tick", [1, 2, 5])
+@pytest.mark.parametrize("another_shard_mid_chain", [False, True])
+def test_a_backfill_brings_one_corpus_wide_run_while_ticks_fall_inside_it(instance, steps_per_tick,
+                                                                          another_shard_mid_chain):
+    """The daemon's timeline with real run records: a backfill of 4 shard runs lands; every tick's request becomes a
+    run that materializes `steps_per_tick` assets between two ticks (1: a tick after each asset, 5: the whole run
+    between two ticks). One corpus-wide run in all, however the ticks fall; a shard run landing after the chain's
+    first asset is one more whole chain after it, not the rest of the chain in pieces beside it."""
+    from dagster import (AssetKey, AssetMaterialization, DagsterEvent, DagsterEventType, DagsterRunStatus,
+                         evaluate_automation_conditions)
+    from dagster._core.events import StepMaterializationData
+
+    from graphrag_pipeline.definitions import definitions_with
+    from graphrag_pipeline.defs.ingest.automation import CORPUS_WIDE_ASSETS, PER_DOCUMENT_ASSETS
+
+    defs = definitions_with(GraphRAGResource())
+
+    def start(job_name, **kwargs):  # records the run and its planned materializations, as a launched run does
+        return instance.create_run_for_job(job_def=defs.resolve_job_def(job_name), status=DagsterRunStatus.STARTED,
+                                           **kwargs)
+
+    def materialize(run, name, partition=None):
+        instance.report_dagster_event(DagsterEvent(
+            DagsterEventType.ASSET_MATERIALIZATION.value, job_name=run.job_name,
+            event_specific_data=StepMaterializationData(AssetMaterialization(name, partition=partition))), run.run_id)
+
+    def finish(run):
+        instance.report_dagster_event(DagsterEvent(DagsterEventType.RUN_SUCCESS.value, job_name=run.job_name),
+                                      run.run_id)
+
+    launched, running = [], []  # the assets of each run launched; [run, assets not yet materialized]
+    expected = [CORPUS_WIDE_ASSETS]
+    cursor = None
+
+    def tick():
+        nonlocal cursor
+        result = evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
+        cursor = result.cursor
+        wanted = [name for name in CORPUS_WIDE_ASSETS if result.get_num_requested(AssetKey(name))]
+        if wanted:
+            launched.append(wanted)
+            running.append([start("refresh_corpus", asset_selection={AssetKey(name) for name in wanted}), wanted[:]])
+
+    tick()
+    shards = [3, 5, 7, 9]
+    shard_runs = [start("refresh_shards", tags={"dagster/partition": shard_key(shard)}) for shard in shards]
+    tick()  # the backfill is in progress
+    assert launched == []
+    for shard, run in zip(shards, shard_runs):
+        for name in PER_DOCUMENT_ASSETS:
+            materialize(run, name, shard_key(shard))
+        finish(run)
+    for _ in range(12):
+        tick()
+        for _ in range(steps_per_tick):
+            for entry in list(running):
+                run, remaining = entry
+                if remaining:
+                    materialize(run, remaining.pop(0))
+                else:
+                    finish(run)
+                    running.remove(entry)
+                if another_shard_mid_chain and len(launched) == 1 and len(remaining) == len(CORPUS_WIDE_ASSETS) - 1:
+                    another_shard_mid_chain = False
+                    late = start("refresh_shards", tags={"dagster/partition": shard_key(11)})
+                    for name in PER_DOCUMENT_ASSETS:
+                        materialize(late, name, shard_key(11))
+                    finish(late)
+                    expected.append(CORPUS_WIDE_ASSETS)
+
+    assert launched == expected

@@ -24,6 +24,7 @@ from typing import Callable, Iterator
 import pytest
 import yaml
 
+from graphrag_pipeline.defs.ingest.automation import graphrag_automation_sensor
 from graphrag_pipeline.lib.config import load_settings
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.query import open_index
@@ -35,6 +36,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.server]
 
 REPO = Path(__file__).resolve().parents[1]
 PHASE_TIMEOUT_SECONDS = 900  # a bound, not a measurement: runs start as subprocesses that each load the models
+AUTOMATION_TICKS_TO_WATCH = 2  # ticks of the automation sensor after the chain ran that must request nothing
 
 CHECKOUT = "# Checkout Service\n\nCheckout Service depends on {dependency}.\n\nCheckout Service is owned by Team Falcon.\n"
 QUARTZ = "# Quartz Gateway\n\nQuartz Gateway depends on Checkout Service.\n\nQuartz Gateway is owned by Team Heron.\n"
@@ -259,6 +261,11 @@ def test_the_daemon_builds_the_index_from_both_sources_with_no_run_launched_by_h
                 or "'dagster/schedule_name': 'daily_corpus_refresh'" in run) and "[SUCCESS]" in run
                for run in runs), runs
     assert all("'dagster/sensor_name'" in run or "'dagster/schedule_name'" in run for run in runs), runs
+    # The chain ran once for the change: on the automation sensor's next ticks it is not requested again (a SINCE
+    # nested in another re-armed it, and each later tick brought the rest of the chain once more).
+    automation_runs = [run for run in runs if "graphrag_automation_sensor" in run]
+    time.sleep(AUTOMATION_TICKS_TO_WATCH * (graphrag_automation_sensor.minimum_interval_seconds or 30) + 10)
+    assert [run for run in launched_runs(first_sync) if "graphrag_automation_sensor" in run] == automation_runs
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,9 @@ chain level with the shards.
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import time
 from typing import Mapping
 
@@ -52,15 +54,24 @@ CORPUS_WIDE_ASSETS = list(CORPUS_WIDE)
 # The two SINCEs compare times: `since_last_handled()` resets on an "or" of events, which carries no times, so a
 # shard run landing on the tick at which the previous corpus-wide run ended (or was requested) counted as handled by
 # it, and the change waited for the daily schedule. Each single event here carries its time, and the later one wins.
+# They are two SINCEs side by side (a parent update later than the last request AND later than the last update), not
+# one nested in the other: a SINCE is a state that stays true until its reset, so as the trigger of an outer SINCE it
+# fired again on every tick after the outer reset. The chain run's own parent update (element_summaries after graph
+# was requested) then brought graph→… again a tick after the run, then communities→…, then community_summaries.
+_PARENT_UPDATED = AutomationCondition.any_deps_match(AutomationCondition.newly_updated())
 _PARENT_UPDATED_SINCE_HANDLED = (
-    AutomationCondition.any_deps_match(AutomationCondition.newly_updated())
-    .since(AutomationCondition.newly_requested())
-    .since(AutomationCondition.newly_updated())
+    _PARENT_UPDATED.since(AutomationCondition.newly_requested())
+    & _PARENT_UPDATED.since(AutomationCondition.newly_updated())
 )
+# Not while any corpus-wide asset is in a run: an asset that run has already materialized no longer counts as in
+# progress, so a shard run landing mid-chain brought element_summaries→graph in a second run beside the first, then
+# communities→community_summaries in a third. Waiting for the chain makes the change one more whole-chain run.
+_CHAIN_IN_PROGRESS = functools.reduce(operator.or_, (
+    AutomationCondition.asset_matches(name, AutomationCondition.in_progress()) for name in CORPUS_WIDE_ASSETS))
 FOLLOWS_SHARD_RUNS = (
     (_PARENT_UPDATED_SINCE_HANDLED | AutomationCondition.any_deps_match(AutomationCondition.will_be_requested()))
     & ~AutomationCondition.any_deps_in_progress()
-    & ~AutomationCondition.in_progress()
+    & ~_CHAIN_IN_PROGRESS.with_label("a corpus-wide asset is in a run")
 ).with_label("after shard runs")
 
 refresh_shards = define_asset_job(
