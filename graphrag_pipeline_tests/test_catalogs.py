@@ -13,17 +13,19 @@ from graphrag_pipeline.lib.sources.catalog import (
     CatalogError,
     EntityRef,
     catalog_extractions,
+    catalog_names,
+    catalog_titles,
     extract_with_catalogs,
     parse_catalog_text,
     parse_entity_ref,
 )
 from graphrag_pipeline.lib.config import CatalogSource, load_settings
 from graphrag_pipeline.lib.extraction import precomputed_extractions
-from graphrag_pipeline.lib.merge import merge_extractions
+from graphrag_pipeline.lib.merge import merge_extractions, resolve_catalog_names
 from graphrag_pipeline.lib.models import Chunk, ChunkExtraction, EntityMention, RelationMention
 from graphrag_pipeline.lib.sources.registry import read_source, scan_hashes
 
-from .conftest import FIXTURES, build
+from .conftest import FIXTURES, SAMPLE_CATALOG, build
 
 CATALOGS = FIXTURES / "catalogs"
 BOUTIQUE = CATALOGS / "online-boutique" / "catalog-info.yaml"
@@ -419,6 +421,21 @@ def test_a_catalog_service_and_the_same_name_in_text_are_one_node() -> None:
     assert by_name["cartservice"].type == "Service" and "notes:cart.md" in by_name["cartservice"].doc_ids
     assert by_name["redis-cart"].type == "Service"  # the catalog's type beats the text's default type
     assert sum(e.canonical == "cartservice" for e in entities) == 1
+
+
+def test_a_catalog_title_becomes_its_entitys_title_and_nothing_else_gets_one() -> None:
+    """Neo4j users match a service by the name people call it ("Checkout Service"): the catalog's title is a property
+    of the entity, not only one of its aliases; a team with no title has none."""
+    scan = read_source(catalog(SAMPLE_CATALOG))
+    records = list(scan.extractions.values())
+    chunks = one_chunk_per_document(scan)
+    extracted, _ = catalog_extractions(chunks, scan.extractions, ONTOLOGY)
+    entities, _ = merge_extractions(((c.doc_id, e) for c, e in zip(chunks, extracted)), ONTOLOGY,
+                                    catalog=resolve_catalog_names(catalog_names(records), catalog_titles(records)))
+    by_name = {e.canonical: e for e in entities}
+    assert by_name["checkout"].title == "Checkout Service" and "Checkout Service" in by_name["checkout"].aliases
+    assert by_name["team-orders"].title == ""
+    assert {e.canonical for e in entities if e.title} == {key for key in catalog_titles(records)}
 
 
 # ----------------------------------------------------------------------------------------------------- configuration

@@ -128,6 +128,10 @@ def test_a_neo4j_user_asks_the_sample_catalog_with_the_official_driver(tmp_path,
                              n="checkout").single()
         assert record is not None and record["t"] is not None and record["t"]["name"] == "team-orders"
         assert "payment" in {d["name"] for d in record["deps"]}
+        # The catalog's title is a property of its own, matched as Neo4j users match a name; absent where none.
+        titled = session.run("MATCH (s:Service {title: $t}) RETURN s.name AS name", t="Checkout Service").data()
+        assert titled == [{"name": "checkout"}]
+        assert session.run("MATCH (t:Team {name: 'team-orders'}) RETURN t.title AS title").single()["title"] is None
         texts = session.run("MATCH (:Entity {name: $n})<-[:MENTIONS]-(c:Chunk)-[:PART_OF]->(d:Document) "
                             "RETURN c.text AS text, d.title AS title", n="checkout").data()
         assert texts and all(row["text"] and row["title"] for row in texts)

@@ -73,10 +73,14 @@ class CatalogResolution:
 
     keys: dict[str, str]
     names: dict[str, tuple[str, ...]]
+    titles: dict[str, str] = field(default_factory=dict)  # catalog node key -> the catalog's title of it
 
 
-def resolve_catalog_names(catalog_names: Mapping[str, Sequence[str]]) -> CatalogResolution:
-    """Catalog node name → its other names (title, aliases, references) into one resolution.
+def resolve_catalog_names(
+    catalog_names: Mapping[str, Sequence[str]], catalog_titles: Mapping[str, str] | None = None
+) -> CatalogResolution:
+    """Catalog node name → its other names (title, aliases, references) into one resolution; ``catalog_titles``
+    (node name → title) become the entities' ``title``.
 
     A name key resolves to the catalog node whose *own* name it is; failing that, to the one node that declares it
     (title, alias, the plain name of a namespaced entity); failing that, to the one node with a spelling variant of
@@ -100,7 +104,8 @@ def resolve_catalog_names(catalog_names: Mapping[str, Sequence[str]]) -> Catalog
         if len(claimants) == 1:
             keys[key] = next(iter(claimants))
     names = {normalize_name(node): tuple(dict.fromkeys(others)) for node, others in catalog_names.items()}
-    return CatalogResolution(keys, names)
+    titles = {normalize_name(node): title for node, title in (catalog_titles or {}).items()}
+    return CatalogResolution(keys, names, titles)
 
 
 def merge_extractions(
@@ -176,7 +181,8 @@ def merge_extractions(
             acc_r.chunk_ids.add(chunk_id)
             acc_r.doc_ids.add(doc_id)
 
-    merged_entities = [_entity(key, acc, ontology, description_limits, catalog.names.get(key))
+    merged_entities = [_entity(key, acc, ontology, description_limits, catalog.names.get(key),
+                               catalog.titles.get(key, ""))
                        for key, acc in entities.items()]
     entity_ids = {e.canonical: e.entity_id for e in merged_entities}
     merged_relations = [_relationship(s, t, o, acc, description_limits, entity_ids)
@@ -192,6 +198,7 @@ def _entity(
     ontology: Ontology,
     description_limits: tuple[int, int],
     catalog_names: tuple[str, ...] | None,
+    catalog_title: str,
 ) -> Entity:
     # Most frequent spelling wins; ties go to the longest, then alphabetical, so the choice is order-independent.
     # A catalog entity keeps the catalog's spelling of its name: the node is the catalog's, text only mentions it.
@@ -220,6 +227,7 @@ def _entity(
         doc_ids=tuple(sorted(acc.doc_ids)),
         aliases=aliases[:50],
         description_parts=parts,
+        title=catalog_title,
     )
 
 

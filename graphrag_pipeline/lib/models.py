@@ -117,6 +117,7 @@ class Entity:
     # Each part of the description with the documents that state it, so a reader is shown only the parts some
     # document it may read states (query.access). Empty when unknown (the graph stores keep the merged text only).
     description_parts: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    title: str = ""  # a catalog's display name of it ("Checkout Service" for checkoutservice); also among the aliases
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

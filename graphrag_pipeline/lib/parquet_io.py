@@ -76,7 +76,7 @@ def export_tables(state: StateStore, embedder_model: str, dimension: int,
         extraction = extraction_from_json(chunk_id, payload)
         mention_rows.append({"chunk_id": chunk_id, "extractor_key": key, "payload": payload,
                              "entity_names": [e.name for e in extraction.entities]})
-    entity_rows = _element_rows(state, "entity", ("name", "type", "description", "doc_ids"))
+    entity_rows = _element_rows(state, "entity", ("name", "type", "description", "doc_ids", "title"))
     tables = {
         "documents": [
             {"doc_id": d.doc_id, "shard": shards[d.doc_id], "source": d.source, "uri": d.uri, "title": d.title,
@@ -115,6 +115,18 @@ def _with_fields(row: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]
     return {**row, **{name: data.get(name) for name in fields}}
 
 
+def _typed(column: str, value: Any) -> Any:
+    """A payload field as its column holds it: weights as floats, document ids as a list of strings, a title that is
+    empty (most entities have none) as null, the rest as strings."""
+    if value is None:
+        return None
+    if column == "weight":
+        return float(value)
+    if column == "doc_ids":
+        return [str(v) for v in value]
+    return (str(value) or None) if column == "title" else str(value)
+
+
 def _element_rows(state: StateStore, kind: str, columns: tuple[str, ...]) -> list[dict[str, Any]]:
     """Merged elements: the stored payload whole (what import writes back) and its main fields as typed columns for
     readers (pandas, duckdb); a relationship also names its ends (``source``, ``target``) beside their ids, which
@@ -126,10 +138,7 @@ def _element_rows(state: StateStore, kind: str, columns: tuple[str, ...]) -> lis
         payload = unpack_payload(payload)
         data = json.loads(payload)
         row: dict[str, Any] = {"element_id": element_id, "content_hash": digest, "payload": payload}
-        for column in columns:
-            value = data.get(column)
-            row[column] = (None if value is None else float(value) if column == "weight"
-                           else [str(v) for v in value] if column == "doc_ids" else str(value))
+        row.update((column, _typed(column, data.get(column))) for column in columns)
         rows.append(row)
     if kind == "relationship":
         names = dict(state.query("SELECT element_id, payload FROM elements WHERE kind = 'entity'"))
@@ -159,7 +168,7 @@ def _schemas(dimension: int) -> dict[str, pa.Schema]:
                                ("entity_names", strings)]),
         "entities": pa.schema([("element_id", pa.string()), ("content_hash", pa.string()), ("payload", pa.string()),
                                ("name", pa.string()), ("type", pa.string()), ("description", pa.string()),
-                               ("doc_ids", strings)]),
+                               ("doc_ids", strings), ("title", pa.string())]),
         "relationships": pa.schema([("element_id", pa.string()), ("content_hash", pa.string()),
                                     ("payload", pa.string()), ("source_id", pa.string()), ("target_id", pa.string()),
                                     ("source", pa.string()), ("target", pa.string()), ("type", pa.string()),

@@ -108,6 +108,7 @@ def test_round_trip_keeps_every_field(graph_store: GraphStore) -> None:
         chunk_ids=("c2", "c1"),
         doc_ids=("d1",),
         aliases=("Ada", "Countess of Lovelace"),
+        title="Augusta Ada King",
     )
     babbage = entity("ent-babbage", type_="PERSON")
     worked = Relationship(
@@ -675,6 +676,7 @@ def test_embedded_store_of_version_1_moves_its_descriptions_out_of_the_relations
             INSERT INTO relationships SELECT relationship_id, source_id, target_id, type, description, weight,
                 chunk_ids, doc_ids, predicates FROM relationships_v2 JOIN relationship_descriptions USING (description_id);
             DROP TABLE relationships_v2; DROP TABLE relationship_descriptions;
+            ALTER TABLE entities DROP COLUMN title;
             PRAGMA user_version = 1;
         """)
     by_id = {r.relationship_id: r for r in relationships}
@@ -688,15 +690,31 @@ def test_embedded_store_of_version_1_moves_its_descriptions_out_of_the_relations
     assert _stored_descriptions(path) == [relationships[1].description]
 
 
+def test_embedded_store_of_version_2_gets_entity_titles(tmp_path: Path) -> None:
+    path = tmp_path / "graph.sqlite"
+    untitled = entity("a")
+    with EmbeddedGraphStore(path) as store:
+        build(store, [rel("a", "b")])
+    with sqlite3.connect(path) as conn:  # back to version 2's layout: no title column
+        conn.executescript("ALTER TABLE entities DROP COLUMN title; PRAGMA user_version = 2;")
+    with EmbeddedGraphStore(path, read_only=True) as reader:  # a reader does not migrate: no titles before version 3
+        assert reader.get_entities(["a"]) == {"a": untitled}
+        with EmbeddedGraphStore(path) as store:  # the first writer adds the column, under the reader's feet
+            titled = dataclasses.replace(untitled, title="Service A")
+            store.upsert_entities([titled])
+            assert store.get_entities(["a"]) == {"a": titled}
+        assert reader.get_entities(["a"]) == {"a": titled}
+
+
 def test_embedded_store_of_a_newer_version_is_refused_and_left_alone(tmp_path: Path) -> None:
     path = tmp_path / "graph.sqlite"
     with EmbeddedGraphStore(path) as store:
         build(store, [rel("a", "b")])
     with sqlite3.connect(path) as conn:
-        conn.execute("PRAGMA user_version = 3")
-    with pytest.raises(ValueError, match="schema version 3; this code reads 2"):
+        conn.execute("PRAGMA user_version = 4")
+    with pytest.raises(ValueError, match="schema version 4; this code reads 3"):
         EmbeddedGraphStore(path)
-    with pytest.raises(ValueError, match="schema version 2 \\(has 3\\)"):
+    with pytest.raises(ValueError, match="schema version 3 \\(has 4\\)"):
         EmbeddedGraphStore(path, read_only=True)
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4

@@ -238,6 +238,7 @@ class CatalogEntry:
     metadata: dict[str, Any] = field(default_factory=dict)
     # What else names it: its title and declared aliases (text and questions use them: "Checkout Service").
     declared_names: tuple[str, ...] = ()
+    title: str = ""  # the catalog's display name of it, when it gives one (a graph property users match on)
 
     def other_names(self) -> list[str]:
         """Every name of the entity but its node name: declared names, the plain name in another namespace and the
@@ -270,6 +271,7 @@ class CatalogEntry:
             RECORD_KEY: {
                 "version": RECORD_VERSION,
                 "names": {subject: self.other_names()},
+                "titles": {subject: self.title} if self.title else {},
                 "types": types,
                 "descriptions": descriptions,
                 "relation_types": relation_types,
@@ -442,7 +444,7 @@ def _service_entry(item: Mapping[str, Any], ref: EntityRef, path: str) -> Catalo
     if extra:
         metadata["fields"] = json_safe(extra)
     return CatalogEntry(ref, "service-catalog", path, summary, description, _unique_facts(facts), [], metadata,
-                        declared_names=_declared_names(item))
+                        declared_names=_declared_names(item), title=title)
 
 
 _SERVICE_KEYS = frozenset({"name", "title", "aliases", "tier", "description", "owners", "owner", "depends_on",
@@ -454,7 +456,8 @@ def _team_entry(item: Mapping[str, Any], ref: EntityRef, path: str) -> CatalogEn
     contacts = _contacts(item)
     return CatalogEntry(ref, "service-catalog", path, f"{ref.name} is a team in the service catalog.", description,
                         details=[_contact_sentence(contacts)] if contacts else [],
-                        metadata={CONTACTS_KEY: contacts} if contacts else {}, declared_names=_declared_names(item))
+                        metadata={CONTACTS_KEY: contacts} if contacts else {}, declared_names=_declared_names(item),
+                        title=_optional_text(item, "title"))
 
 
 # Fields and annotations that tell how to reach an owner: a profile's email, a chat channel, an on-call rotation
@@ -600,7 +603,7 @@ def _backstage_entry(data: Mapping[str, Any], ref: EntityRef, path: str) -> Cata
         entry_metadata[CONTACTS_KEY] = contacts
         details.append(_contact_sentence(contacts))
     return CatalogEntry(ref, "backstage", path, summary, description, _unique_facts(facts), details, entry_metadata,
-                        declared_names=_declared_names(metadata))
+                        declared_names=_declared_names(metadata), title=title)
 
 
 def _declared_names(item: Mapping[str, Any]) -> tuple[str, ...]:
@@ -917,6 +920,17 @@ def catalog_names(records: Iterable[Any]) -> dict[str, list[str]]:
             for subject, others in (record[RECORD_KEY].get("names") or {}).items():
                 names.setdefault(subject, []).extend(o for o in others if isinstance(o, str))
     return names
+
+
+def catalog_titles(records: Iterable[Any]) -> dict[str, str]:
+    """Node name → the catalog's title of the entity, for the entities that have one (records written before titles
+    were kept have none: they are re-read with the document)."""
+    titles: dict[str, str] = {}
+    for record in records:
+        if is_catalog_record(record):
+            titles.update((subject, title) for subject, title in (record[RECORD_KEY].get("titles") or {}).items()
+                          if isinstance(title, str) and title)
+    return titles
 
 
 def catalog_typed_names(records: Iterable[Any]) -> dict[str, str]:

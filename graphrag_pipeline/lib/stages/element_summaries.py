@@ -21,7 +21,7 @@ from graphrag_pipeline.lib.merge import (
     merge_extractions,
     resolve_catalog_names,
 )
-from graphrag_pipeline.lib.sources.catalog import catalog_names
+from graphrag_pipeline.lib.sources.catalog import catalog_names, catalog_titles
 from graphrag_pipeline.lib.models import Entity, Relationship
 from graphrag_pipeline.lib.state import extraction_from_json
 from graphrag_pipeline.lib.stages.extracted_elements import EXTRACTION_BATCH, extract_and_store
@@ -41,7 +41,8 @@ def summarize_elements(ws: Workspace) -> StageReport:
     with report.timed("catalog_names"):
         report.counts["re_extracted_chunks"] = _extract_again_with_catalog_names(ws, report)
     with report.timed("catalog_resolution"):
-        catalog = resolve_catalog_names(catalog_names(ws.catalog_records()))
+        records = ws.catalog_records()
+        catalog = resolve_catalog_names(catalog_names(records), catalog_titles(records))
         report.counts["catalog_names_resolved"] = len(catalog.keys)
     # The model reads every description it is to combine; elements it does not summarize are capped after.
     limits = (LLM_INPUT_DESCRIPTIONS, LLM_INPUT_DESCRIPTION_CHARS) if by_llm else DEFAULT_LIMITS

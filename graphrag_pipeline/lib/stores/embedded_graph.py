@@ -27,7 +27,7 @@ from graphrag_pipeline.lib.models import ChunkText, Entity, EntityNames, Relatio
 from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, check_page
 from graphrag_pipeline.lib.stores.sqlite_files import naming_damage
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 2: relationship descriptions stored once; 3: entity titles
 
 # Only the indexes that interactive reads and cascading deletes need: each secondary index on random hash ids
 # roughly halves the bulk write rate, so listings sort on the fly instead.
@@ -41,7 +41,8 @@ CREATE TABLE IF NOT EXISTS entities (
     mention_count INTEGER NOT NULL,
     chunk_ids TEXT NOT NULL,
     doc_ids TEXT NOT NULL,
-    aliases TEXT NOT NULL
+    aliases TEXT NOT NULL,
+    title TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS relationships (
     relationship_id TEXT PRIMARY KEY,
@@ -91,6 +92,9 @@ INSERT INTO relationships SELECT relationship_id, source_id, target_id, type, de
     chunk_ids, doc_ids, predicates FROM relationships_v1;
 DROP TABLE relationships_v1;
 """
+_FROM_VERSION_2 = "ALTER TABLE entities ADD COLUMN title TEXT NOT NULL DEFAULT '';\n"
+# What a writer runs on a file of each older version to bring it to SCHEMA_VERSION.
+_MIGRATIONS = {0: _SCHEMA, 1: _FROM_VERSION_1 + _FROM_VERSION_2, 2: _FROM_VERSION_2}
 
 
 def _statements(script: str) -> list[str]:
@@ -108,21 +112,25 @@ def _statements(script: str) -> list[str]:
 _IDS = "(SELECT value FROM json_each(?))"
 _ID_SEPARATOR = " "
 
-_ENTITY_COLUMNS = "entity_id, name, canonical, type, description, mention_count, chunk_ids, doc_ids, aliases"
+_ENTITY_COLUMNS = "entity_id, name, canonical, type, description, mention_count, chunk_ids, doc_ids, aliases, title"
+# What entity reads select, by the file's version (a reader does not migrate: before version 3, no titles).
+_UNTITLED_ENTITY_COLUMNS = _ENTITY_COLUMNS.replace(", title", ", '' AS title")
+_ENTITY_SELECTS = {1: _UNTITLED_ENTITY_COLUMNS, 2: _UNTITLED_ENTITY_COLUMNS, SCHEMA_VERSION: _ENTITY_COLUMNS}
 _RELATIONSHIP_COLUMNS = (
     "relationship_id, source_id, target_id, type, description, weight, chunk_ids, doc_ids, predicates"
 )
 # What relationship reads select from, by the file's version: a reader does not migrate, and reads a file of
 # version 1 as it is until its first writer moves the descriptions out.
-_RELATIONSHIPS = {1: "relationships", SCHEMA_VERSION: "relationships JOIN relationship_descriptions USING (description_id)"}
+_JOINED_RELATIONSHIPS = "relationships JOIN relationship_descriptions USING (description_id)"
+_RELATIONSHIPS = {1: "relationships", 2: _JOINED_RELATIONSHIPS, SCHEMA_VERSION: _JOINED_RELATIONSHIPS}
 _STORED_RELATIONSHIP_COLUMNS = _RELATIONSHIP_COLUMNS.replace("description", "description_id")
 
 _UPSERT_ENTITY = f"""
-INSERT INTO entities ({_ENTITY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO entities ({_ENTITY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (entity_id) DO UPDATE SET
     name = excluded.name, canonical = excluded.canonical, type = excluded.type,
     description = excluded.description, mention_count = excluded.mention_count,
-    chunk_ids = excluded.chunk_ids, doc_ids = excluded.doc_ids, aliases = excluded.aliases
+    chunk_ids = excluded.chunk_ids, doc_ids = excluded.doc_ids, aliases = excluded.aliases, title = excluded.title
 """
 
 _UPSERT_RELATIONSHIP = f"""
@@ -163,6 +171,7 @@ def _entity_row(entity: Entity) -> tuple[Any, ...]:
         _encode_json(list(entity.chunk_ids)),
         _encode_json(list(entity.doc_ids)),
         _encode_json(list(entity.aliases)),
+        entity.title,
     )
 
 
@@ -200,6 +209,7 @@ def _entity_from_row(row: Sequence[Any]) -> Entity:
         chunk_ids=_load(row[6]),
         doc_ids=_load(row[7]),
         aliases=_load(row[8]),
+        title=row[9],
     )
 
 
@@ -328,10 +338,10 @@ class EmbeddedGraphStore:
             try:
                 # Read again under the write lock: another writer may have created or migrated the file meanwhile.
                 version = self._conn.execute("PRAGMA user_version").fetchone()[0]
-                if version not in (0, 1, SCHEMA_VERSION):
+                if version not in (*_MIGRATIONS, SCHEMA_VERSION):
                     raise ValueError(f"{self.path} has graph store schema version {version}; "
                                      f"this code reads {SCHEMA_VERSION}")
-                for statement in _statements({0: _SCHEMA, 1: _FROM_VERSION_1}.get(version, "")):
+                for statement in _statements(_MIGRATIONS.get(version, "")):
                     self._conn.execute(statement)
                 self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             except BaseException:
@@ -451,6 +461,13 @@ class EmbeddedGraphStore:
         with self._lock, naming_damage(self.path):
             return self._conn.execute(sql, parameters).fetchall()
 
+    def _entity_rows(self, clauses: str, parameters: Sequence[Any]) -> list[Entity]:
+        """``SELECT`` of whole entities, then ``clauses``; the version and the rows read in one snapshot."""
+        with self._read() as conn:
+            columns = _ENTITY_SELECTS[conn.execute("PRAGMA user_version").fetchone()[0]]
+            rows = conn.execute(f"SELECT {columns} FROM entities {clauses}", parameters).fetchall()
+        return [_entity_from_row(row) for row in rows]
+
     def _relationship_rows(self, clauses: str, parameters: Sequence[Any]) -> list[Relationship]:
         """``SELECT`` of whole relationships, then ``clauses``; the version and the rows read in one snapshot."""
         with self._read() as conn:
@@ -460,8 +477,8 @@ class EmbeddedGraphStore:
 
     def get_entities(self, entity_ids: Iterable[str]) -> dict[str, Entity]:
         """The stored entities among ``entity_ids``; unknown ids are absent from the result."""
-        sql = f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE entity_id IN {_IDS}"
-        return {row[0]: _entity_from_row(row) for row in self._query(sql, (_ids_json(entity_ids),))}
+        return {entity.entity_id: entity
+                for entity in self._entity_rows(f"WHERE entity_id IN {_IDS}", (_ids_json(entity_ids),))}
 
     def get_relationships(self, relationship_ids: Iterable[str]) -> dict[str, Relationship]:
         """The stored relationships among ``relationship_ids``; unknown ids are absent from the result."""
@@ -533,8 +550,7 @@ class EmbeddedGraphStore:
         order = _ORDER_ENTITIES.get(order_by)
         if order is None:
             raise ValueError(f"order_by must be one of {sorted(_ORDER_ENTITIES)}, got {order_by!r}")
-        sql = f"SELECT {_ENTITY_COLUMNS} FROM entities ORDER BY {order} LIMIT ? OFFSET ?"
-        return [_entity_from_row(row) for row in self._query(sql, (limit, offset))]
+        return self._entity_rows(f"ORDER BY {order} LIMIT ? OFFSET ?", (limit, offset))
 
     def list_entity_names(self, offset: int = 0, limit: int = 50) -> list[EntityNames]:
         """A page of entities' names and mention counts, by entity id (a tenth of the time of whole entities)."""

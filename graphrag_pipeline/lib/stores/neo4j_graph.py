@@ -2,7 +2,8 @@
 
 Layout in the database:
 
-* ``(:Entity {entity_id, name, canonical, type, description, mention_count, chunk_ids, doc_ids, aliases})`` plus
+* ``(:Entity {entity_id, name, canonical, type, description, mention_count, chunk_ids, doc_ids, aliases, title})``
+  (``title``: a catalog's display name, absent when none) plus
   the entity's ontology type as a second label in one style, PascalCase (``:Entity:Service``, ``:Entity:Person``
   for spaCy's PERSON), when that type is a validated identifier of the ontology; the ``type`` property keeps the type
   as spelled and is the source of truth for reads.
@@ -53,9 +54,11 @@ _SCHEMA = (
     f"CREATE CONSTRAINT document_id_unique IF NOT EXISTS FOR (d:{DOCUMENT_LABEL}) REQUIRE d.doc_id IS UNIQUE",
     f"CREATE INDEX entity_name IF NOT EXISTS FOR (e:{ENTITY_LABEL}) ON (e.name)",
     f"CREATE INDEX entity_mention_count IF NOT EXISTS FOR (e:{ENTITY_LABEL}) ON (e.mention_count)",
+    f"CREATE INDEX entity_title IF NOT EXISTS FOR (e:{ENTITY_LABEL}) ON (e.title)",
 )
 
-_ENTITY_FIELDS = ("name", "canonical", "type", "description", "mention_count", "chunk_ids", "doc_ids", "aliases")
+_ENTITY_FIELDS = ("name", "canonical", "type", "description", "mention_count", "chunk_ids", "doc_ids", "aliases",
+                  "title")
 _ENTITY_RETURN = "e.entity_id AS entity_id, " + ", ".join(f"e.{field} AS {field}" for field in _ENTITY_FIELDS)
 _RELATIONSHIP_RETURN = (
     "r.relationship_id AS relationship_id, s.entity_id AS source_id, t.entity_id AS target_id, r.type AS type, "
@@ -101,6 +104,7 @@ def _entity_from_record(record: dict[str, Any]) -> Entity:
         chunk_ids=tuple(record["chunk_ids"] or ()),
         doc_ids=tuple(record["doc_ids"] or ()),
         aliases=tuple(record["aliases"] or ()),
+        title=record["title"] or "",
     )
 
 
@@ -132,6 +136,8 @@ def _entity_row(entity: Entity) -> dict[str, Any]:
             "chunk_ids": list(entity.chunk_ids),
             "doc_ids": list(entity.doc_ids),
             "aliases": list(entity.aliases),
+            # Absent rather than empty when no catalog titles the entity, as Neo4j users expect of a property.
+            "title": entity.title or None,
         },
     }
 
