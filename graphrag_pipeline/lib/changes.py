@@ -32,7 +32,7 @@ def of_sources(hashes: Mapping[str, str], names: set[str]) -> dict[str, str]:
 
 
 # A fingerprint only tells one shard's contents from its next: 64 bits make a collision 1 in 10^19 per change, and
-# keep a sensor's cursor (every shard's fingerprint) at 1.7 KB for 64 shards, where full digests made it 4.8 KB.
+# keep a sensor's cursor (every shard's fingerprint, shown on the sensor's page) a third of its size with full digests.
 FINGERPRINT_HEX_CHARS = 16
 
 

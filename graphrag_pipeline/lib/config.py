@@ -204,12 +204,12 @@ class EmbedderConfig(StrictModel):
     runtime: Literal["onnx", "torch"] = "onnx"
     threads: int | None = Field(None, ge=1)  # threads for pipeline batches (None: the runtime's default, all cores)
     # One question is a tiny input: a second thread only adds synchronization, and on a busy machine it made a
-    # query embedding 25x slower (500 ms instead of 20 ms), so query processes default to one thread (the query
-    # runtime's: ONNX Runtime's, torch's, or BLAS's with NumPy).
+    # query embedding an order of magnitude slower, so query processes default to one thread (the query runtime's:
+    # ONNX Runtime's, torch's, or BLAS's with NumPy).
     query_threads: int | None = Field(1, ge=1)
     # What embeds questions in a query process: the same model as an ONNX Runtime graph built from its weights (no
-    # torch import; a question in 7-15 ms here), evaluated with NumPy (no torch either; 30-46 ms), or with
-    # torch (as the build does). All three give the same vectors to float32 rounding.
+    # torch import, and the fastest), evaluated with NumPy (no torch either, a few times slower), or with torch (as
+    # the build does: the torch extra). All three give the same vectors to float32 rounding.
     query_runtime: Literal["onnx", "numpy", "torch"] = "onnx"
 
 
@@ -606,8 +606,8 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     return merged
 
 
-# libyaml's parser when PyYAML was built with it (its wheels are): the packaged defaults took 90 ms to read in pure
-# Python, on every process start and every load_settings, and 9 ms with it.
+# libyaml's parser when PyYAML was built with it (its wheels are): the pure-Python parser took ten times as long to
+# read the packaged defaults, on every process start and every load_settings.
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 

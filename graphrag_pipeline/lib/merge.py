@@ -299,7 +299,7 @@ def capped_parts(
 def element_payload(element: Entity | Relationship) -> tuple[str, str]:
     """(content hash, JSON) of an element: the hash tells the graph stage whether the store needs the write."""
     # json.dumps writes the fields' tuples as lists itself: dataclasses.asdict's deep copy of every element cost
-    # more than the merge (3 s of a re-sync's 6 on musique-100), for the same text.
+    # more than the merge itself, for the same text.
     payload = json.dumps({name: getattr(element, name) for name in _field_names(type(element))}, sort_keys=True)
     return short_hash(payload), payload
 

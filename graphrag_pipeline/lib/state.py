@@ -53,9 +53,9 @@ PAYLOAD_TABLES = ("extractions", "elements", "communities", "community_summaries
 # Level 1: the payloads shrink about as much as at the default level (ids and repeated keys are most of them), at a
 # fraction of the time, and element summaries write tens of thousands of them per build.
 _PAYLOAD_COMPRESSION = 1
-# A payload is a small JSON object (850 bytes on average for merged elements) whose key names cost about as much
-# after compression as its values, so each stream starts from these spellings (zlib's preset dictionary): musique-100's
-# merged elements took 13.8 MB instead of 16.9, and 0.3 s longer to write (1.4 s). Spellings the pipeline itself
+# A payload is a small JSON object whose key names cost about as much after compression as its values, so each
+# stream starts from these spellings (zlib's preset dictionary): merged elements take a fifth less space for a little
+# more time to write (docs/benchmarks.md). Spellings the pipeline itself
 # writes, never corpus text. A stream names its dictionary's checksum, which zlib checks: another dictionary needs a
 # new schema version, and this one kept for the payloads written with it.
 _PAYLOAD_DICTIONARY = (
@@ -284,7 +284,7 @@ class StateStore:
     # then trust it: the version refuses the older one the index. Version 4 compresses payloads with a preset
     # dictionary, which an older pipeline cannot read, keeps elements' hashes at 128 bits (``ids.short_hash``), and
     # keeps the bookkeeping of one row per element, point or chunk in its primary key's tree alone (WITHOUT ROWID),
-    # not in a table and an index of the same key. All three: musique-100's state.sqlite 52.6 -> 42.7 MB.
+    # not in a table and an index of the same key. Together they made the state a fifth smaller (docs/benchmarks.md).
     MIGRATIONS: dict[int, str] = {2: "", 3: "", 4: "; ".join(
         [SHORTER_ELEMENT_HASHES]
         + [f"ALTER TABLE {table} RENAME TO {table}_v3; {_table_definition(table)}; "

@@ -67,7 +67,7 @@ ENTRY_CHUNKS_FOR_SEEDS = 5  # the entry chunks whose entities seed the traversal
 # question's own names are what similarity already matched; the next hop is named only in the passages it found.
 QUESTION_SEED_FACTOR = 0.8
 # A passage's BM25 share counts this much beside its similarity in choosing the entry passages whose entities seed
-# the walk (chosen on musique-100, hotpotqa-100 and sre-dev-variants: 0.5 over 0.2 and 1.0).
+# the walk (chosen over 0.2 and 1.0 on the development sets: docs/evaluation.md).
 ENTRY_KEYWORD_SHARE = 0.5
 ENTRY_SEED_SHARPNESS = 3.0  # seed weight = (chunk similarity / best similarity) ** this: near-ties count, the tail not
 SUBJECT_BONUS = 1.5  # a chunk is more about its document's subject than about anything it merely mentions

@@ -26,12 +26,10 @@ from graphrag_pipeline.lib.stores.protocols import COMMUNITIES
 from graphrag_pipeline.lib.workspace import Workspace
 
 # A community's vector is the mean vector of the chunks where its members meet most (the first ones its summary
-# cites), which the embeddings stage has already embedded. Embedding each summary's text instead cost more than
-# embedding the corpus (musique-100: 2,393 summaries took 35 s at 320 characters; all 1,968 chunks 45 s) and found
-# no more: gold documents among the top-5 communities' citations (benchmarks/bench_global.py), old text vectors
-# (800 characters) vs these, hotpotqa-100 0.840 vs 0.830 (first citations 0.585 vs 0.595), musique-100 0.624 vs
-# 0.667 (0.442 vs 0.463).
-# Adding the title's embedding made both sets worse (musique 0.568), as did more chunks (8: 0.657).
+# cites), which the embeddings stage has already embedded. Embedding each summary's text instead cost about as much
+# as embedding the corpus again and found no more gold documents among the top communities' citations
+# (benchmarks/bench_global.py); adding the title's embedding, or more chunks, found fewer. The figures are in
+# docs/benchmarks.md.
 COMMUNITY_VECTOR_CHUNKS = 3
 COMMUNITY_EMBEDDING_CHARS = 800  # a summary citing no chunk is embedded from its text, up to this much of it
 

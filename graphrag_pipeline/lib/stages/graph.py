@@ -113,7 +113,7 @@ def _write(
         for eid, e in entities.items()
     }
     # A name keys one entity's point, which keeps its vector while the name stays: caching it as well held a second
-    # copy of ten thousand vectors on musique-100 (most of the embedding cache) that nothing read.
+    # copy of every entity's vector, most of the embedding cache, that nothing read.
     sync_points(ws, ENTITIES, wanted, None, report, cache_new_texts=False,
                 only=None if whole else {*changed["entity"], *removed["entity"]})
     ws.state.record_stage_mark(report.stage, GRAPH_SYNCED)

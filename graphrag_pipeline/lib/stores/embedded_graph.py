@@ -57,8 +57,8 @@ CREATE TABLE IF NOT EXISTS relationships (
 );
 CREATE INDEX IF NOT EXISTS relationships_by_ends ON relationships (source_id, target_id);
 CREATE INDEX IF NOT EXISTS relationships_by_target ON relationships (target_id);
--- Each description once: a sentence relating several entities is the description of every pair of them (musique-100:
--- 31,829 relationships, 5,668 descriptions: 6.2 MB of text stored once is 1.1 MB, and graph.sqlite 28.4 -> 24.6 MB).
+-- Each description once: a sentence relating several entities is the description of every pair of them, so most
+-- relationships share their description with others (the sizes are in docs/benchmarks.md).
 -- A description no relationship names any more goes with the last one that did, which its index finds.
 CREATE TABLE IF NOT EXISTS relationship_descriptions (
     description_id BLOB PRIMARY KEY,

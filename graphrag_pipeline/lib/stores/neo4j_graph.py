@@ -627,7 +627,7 @@ class Neo4jGraphStore:
     def chunks_of_entities(self, entity_ids: Iterable[str]) -> dict[str, list[str]]:
         """Entity id → chunk ids mentioning it (sorted); entities without mentions are absent."""
         # The pattern starts at the indexed entity: ArcadeDB matches left to right, and from `(c:Chunk)` it scanned
-        # every chunk (250 ms a question on the sample corpus, most of a server-tier hybrid question).
+        # every chunk, most of a server-tier question's time (docs/benchmarks.md).
         return self._grouped(
             f"UNWIND $ids AS id MATCH (e:{ENTITY_LABEL} {{entity_id: id}})<-[:{MENTIONS}]-(c:{CHUNK_LABEL}) "
             "RETURN e.entity_id AS key, c.chunk_id AS value",
