@@ -18,18 +18,20 @@ import yaml
 from dagster import build_asset_check_context, build_asset_context
 
 from graphrag_pipeline.cli import main as cli_main
-from graphrag_pipeline.defs.chunking.assets import chunks
-from graphrag_pipeline.defs.communities.assets import communities, community_summaries
-from graphrag_pipeline.defs.communities.checks import communities_cover_the_graph, every_summary_has_a_published_vector
-from graphrag_pipeline.defs.embedding.assets import embeddings
-from graphrag_pipeline.defs.embedding.checks import every_chunk_has_a_published_vector
-from graphrag_pipeline.defs.extraction.assets import extracted_elements
-from graphrag_pipeline.defs.extraction.checks import quarantine_below_threshold
+from graphrag_pipeline.defs.chunks.assets import chunks
+from graphrag_pipeline.defs.communities.assets import communities
+from graphrag_pipeline.defs.communities.checks import communities_cover_the_graph
+from graphrag_pipeline.defs.community_summaries.assets import community_summaries
+from graphrag_pipeline.defs.community_summaries.checks import every_summary_has_a_published_vector
+from graphrag_pipeline.defs.embeddings.assets import embeddings
+from graphrag_pipeline.defs.embeddings.checks import every_chunk_has_a_published_vector
+from graphrag_pipeline.defs.extracted_elements.assets import extracted_elements
+from graphrag_pipeline.defs.extracted_elements.checks import quarantine_below_threshold
 from graphrag_pipeline.defs.graph.assets import graph
 from graphrag_pipeline.defs.graph.checks import every_entity_has_a_published_vector, graph_integrity
-from graphrag_pipeline.defs.ingest.assets import raw_documents
+from graphrag_pipeline.defs.raw_documents.assets import raw_documents
 from graphrag_pipeline.defs.resources import GraphRAGResource
-from graphrag_pipeline.defs.summaries.assets import element_summaries
+from graphrag_pipeline.defs.element_summaries.assets import element_summaries
 from graphrag_pipeline.query import explore, open_index
 from graphrag_pipeline.query.access import ReaderAccess
 

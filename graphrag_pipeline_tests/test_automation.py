@@ -9,7 +9,8 @@ import pytest
 import yaml
 from dagster import RunRequest, SkipReason, build_schedule_context, build_sensor_context
 
-from graphrag_pipeline.defs.ingest.automation import daily_refresh, sensor_of
+from graphrag_pipeline.defs.automation.schedules import daily_refresh
+from graphrag_pipeline.defs.automation.sensors import sensor_of
 from graphrag_pipeline.defs.partitions import SHARD_COUNT, SHARDS, shard_key, shard_of_key
 from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.changes import shard_fingerprints, source_hashes
@@ -269,7 +270,8 @@ def test_a_source_is_scanned_again_only_after_its_poll_interval(config):
 def test_daily_corpus_refresh_requests_the_chain_only_when_it_lags_the_shards(instance):
     from dagster import AssetMaterialization
 
-    from graphrag_pipeline.defs.ingest.automation import CORPUS_WIDE_ASSETS, daily_corpus_refresh
+    from graphrag_pipeline.defs.automation.conditions import CORPUS_WIDE_ASSETS
+    from graphrag_pipeline.defs.automation.schedules import daily_corpus_refresh
 
 
     def tick():
@@ -339,7 +341,7 @@ def test_one_shard_run_brings_the_whole_corpus_wide_chain_in_one_request(instanc
     from dagster import AssetKey, AssetMaterialization, evaluate_automation_conditions
 
     from graphrag_pipeline.definitions import definitions_with
-    from graphrag_pipeline.defs.ingest.automation import CORPUS_WIDE_ASSETS
+    from graphrag_pipeline.defs.automation.conditions import CORPUS_WIDE_ASSETS
 
     defs = definitions_with(GraphRAGResource())
     first = evaluate_automation_conditions(defs=defs, instance=instance)
@@ -363,7 +365,7 @@ def test_a_shard_run_landing_on_the_tick_the_chain_ended_brings_the_chain_again(
     from dagster import AssetKey, AssetMaterialization, evaluate_automation_conditions
 
     from graphrag_pipeline.definitions import definitions_with
-    from graphrag_pipeline.defs.ingest.automation import CORPUS_WIDE_ASSETS
+    from graphrag_pipeline.defs.automation.conditions import CORPUS_WIDE_ASSETS
 
     defs = definitions_with(GraphRAGResource())
     cursor = evaluate_automation_conditions(defs=defs, instance=instance).cursor
@@ -388,7 +390,7 @@ def test_daily_corpus_refresh_skips_the_day_while_a_run_is_in_progress(instance)
     from dagster import AssetMaterialization, DagsterRunStatus
     from dagster._core.test_utils import create_run_for_test
 
-    from graphrag_pipeline.defs.ingest.automation import daily_corpus_refresh
+    from graphrag_pipeline.defs.automation.schedules import daily_corpus_refresh
 
     instance.report_runless_asset_event(AssetMaterialization("extracted_elements", partition=shard_key(0)))
     running = create_run_for_test(instance, job_name="refresh_shards", status=DagsterRunStatus.STARTED)
@@ -405,7 +407,7 @@ def test_the_chain_is_not_requested_again_on_the_ticks_after_it_ran(instance):
     from dagster import AssetMaterialization, evaluate_automation_conditions
 
     from graphrag_pipeline.definitions import definitions_with
-    from graphrag_pipeline.defs.ingest.automation import CORPUS_WIDE_ASSETS
+    from graphrag_pipeline.defs.automation.conditions import CORPUS_WIDE_ASSETS
 
     defs = definitions_with(GraphRAGResource())
     cursor = evaluate_automation_conditions(defs=defs, instance=instance).cursor
@@ -435,7 +437,7 @@ def test_a_backfill_brings_one_corpus_wide_run_while_ticks_fall_inside_it(instan
     from dagster._core.events import StepMaterializationData
 
     from graphrag_pipeline.definitions import definitions_with
-    from graphrag_pipeline.defs.ingest.automation import CORPUS_WIDE_ASSETS, PER_DOCUMENT_ASSETS
+    from graphrag_pipeline.defs.automation.conditions import CORPUS_WIDE_ASSETS, PER_DOCUMENT_ASSETS
 
     defs = definitions_with(GraphRAGResource())
 

@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 import pytest
 import yaml
 
-from graphrag_pipeline.defs.ingest.automation import graphrag_automation_sensor
+from graphrag_pipeline.defs.automation.sensors import graphrag_automation_sensor
 from graphrag_pipeline.lib.config import load_settings
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.query import open_index

@@ -18,7 +18,8 @@ from dagster import (
 )
 
 from graphrag_pipeline.definitions import definitions_with
-from graphrag_pipeline.defs.ingest.automation import daily_refresh, sensor_of
+from graphrag_pipeline.defs.automation.schedules import daily_refresh
+from graphrag_pipeline.defs.automation.sensors import sensor_of
 from graphrag_pipeline.defs.partitions import SHARD_COUNT, shard_key, shard_of_key
 from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.ids import stable_shard

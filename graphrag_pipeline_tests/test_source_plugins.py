@@ -92,7 +92,7 @@ def test_a_kind_without_a_reader_is_named_in_the_error():
 
 
 def test_every_registered_kind_has_its_source_sensor():
-    from graphrag_pipeline.defs.ingest import automation
+    from graphrag_pipeline.defs.automation.sensors import SOURCE_SENSORS
 
-    sensors = {definition.name for definition in automation.SOURCE_SENSORS}
+    sensors = {definition.name for definition in SOURCE_SENSORS}
     assert sensors == {f"{kind}_source_sensor" for kind in registry.READERS}

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from dagster import build_sensor_context
 
-from graphrag_pipeline.defs.ingest.automation import sensor_of
+from graphrag_pipeline.defs.automation.sensors import sensor_of
 from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.config import EmbedderConfig, PipelineSettings, load_settings
 from graphrag_pipeline.lib.embedders import bundled_model_path

@@ -1,1 +1,1 @@
-"""Stages 7 and 8: hierarchical Leiden communities and their summaries."""
+"""Stage 7: hierarchical Leiden communities."""

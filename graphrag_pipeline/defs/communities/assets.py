@@ -1,6 +1,6 @@
 from dagster import AssetExecutionContext, MaterializeResult, asset
 
-from graphrag_pipeline.defs.ingest.automation import FOLLOWS_SHARD_RUNS
+from graphrag_pipeline.defs.automation.conditions import FOLLOWS_SHARD_RUNS
 from graphrag_pipeline.defs.partitions import SINGLE_RUN, pool
 from graphrag_pipeline.defs.reporting import run_stage
 from graphrag_pipeline.defs.resources import GraphRAGResource
@@ -13,12 +13,3 @@ def communities(context: AssetExecutionContext, graphrag: GraphRAGResource) -> M
     """Hierarchical Leiden (graspologic, fixed seed) over the entity graph; every level kept with parent/child links
     and content-derived ids that stay stable while membership does."""
     return run_stage(stage("communities"), context, graphrag)
-
-
-@asset(deps=stage("community_summaries").reads, backfill_policy=SINGLE_RUN, group_name="communities",
-       pool=pool("community_summaries"), kinds={"python", "qdrant"}, automation_condition=FOLLOWS_SHARD_RUNS)
-def community_summaries(context: AssetExecutionContext, graphrag: GraphRAGResource) -> MaterializeResult:
-    """Summaries of the communities whose membership or member content changed — extractive (top entities,
-    strongest relationships) or LLM reports (title, summary, findings, rating) — embedded into the `communities`
-    collection for global questions."""
-    return run_stage(stage("community_summaries"), context, graphrag)

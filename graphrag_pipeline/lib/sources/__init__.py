@@ -11,7 +11,7 @@ Every kind has a reader (the ``SourceReader`` protocol in ``reader``): a cheap c
 returns a ``SourceScan`` and a default poll interval. ``registry`` maps each kind to its reader; the ingest stage,
 change detection and the sensors' poll intervals go through it and never name a kind. A new kind is its module, its
 line in ``registry``, its configuration model in the ``SourceConfig`` union (``lib.config``) and its sensor line in
-``defs/ingest/automation.py``.
+``defs/automation/sensors.py``.
 
 Readers never crash on one bad input: it becomes a ``Quarantined`` record with the reason, and the read goes on. A
 document's id is its source name plus an id that survives edits (a path, a passage, page or entity id), so an edited

@@ -1,6 +1,6 @@
 """Source kind -> reader: the one place in the library that knows every kind's reader. A new kind adds its module
 and one line here (and, outside the library's reading code, its configuration model in ``lib.config`` and its
-sensor in ``defs/ingest/automation.py``)."""
+sensor in ``defs/automation/sensors.py``)."""
 
 from __future__ import annotations
 

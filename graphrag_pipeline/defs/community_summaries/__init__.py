@@ -1,0 +1,1 @@
+"""Stage 8: community summaries, embedded for global questions."""

@@ -1,1 +1,0 @@
-"""Stage 1: read the configured sources into the document table (raw_documents), and the automation that watches them."""
