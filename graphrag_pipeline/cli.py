@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from graphrag_pipeline.lib.errors import GraphRAGError
 from graphrag_pipeline.lib.progress import TerminalProgressBar
-from graphrag_pipeline.query.models import FUSIONS, GRANULARITIES, MODES
+from graphrag_pipeline.lib.query_options import FUSIONS, GRANULARITIES, MODES
 
 
 def _print(payload: Any, as_json: bool, text: str) -> None:

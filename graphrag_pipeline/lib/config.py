@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 from graphrag_pipeline.lib.errors import GraphRAGError
+from graphrag_pipeline.lib.query_options import MAX_HOPS, Fusion, Granularity
 
 IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 
@@ -217,7 +218,7 @@ class ContextConfig(StrictModel):
     """``index.context``: the incident context of a service, as typed facts. The relationship types it reads are the
     ontology's (checked against it); the caps bound its size whatever the graph holds."""
 
-    max_hops: int = Field(2, ge=0, le=3)  # how far dependencies and dependents (the blast radius) are followed
+    max_hops: int = Field(2, ge=0, le=MAX_HOPS)  # how far dependencies and dependents (the blast radius) are followed
     max_services: int = Field(30, ge=1, le=500)  # per direction, nearest first
     owners_per_service: int = Field(3, ge=0, le=50)
     documents_per_service: int = Field(3, ge=0, le=50)  # runbooks and documents about it, strongest first
@@ -231,10 +232,10 @@ class ContextConfig(StrictModel):
 class RetrievalConfig(StrictModel):
     vector_top_k: int = Field(20, ge=1)
     entity_top_k: int = Field(10, ge=0)
-    max_hops: int = Field(2, ge=0, le=3)
+    max_hops: int = Field(2, ge=0, le=MAX_HOPS)
     hop_decay: float = Field(0.5, gt=0, le=1)
     fanout: int = Field(50, ge=1)
-    fusion: Literal["weighted", "rrf"] = "weighted"
+    fusion: Fusion = "weighted"
     vector_weight: float = Field(0.7, ge=0)
     graph_weight: float = Field(0.35, ge=0)
     rrf_k: int = Field(60, ge=1)
@@ -251,7 +252,7 @@ class RetrievalConfig(StrictModel):
     # Documents about the entities a question's relationship intent reaches ("which services does X depend on")
     # rank by this signal; above the others' sum, so they lead when the intent was understood.
     relation_weight: float = Field(1.5, ge=0)
-    results: Literal["documents", "chunks"] = "documents"  # documents: top_k distinct documents with their passages
+    results: Granularity = "documents"  # documents: top_k distinct documents with their passages
     # Words a name is often written with that do not name anything themselves ("Checkout Service", "vault/README.md"):
     # set aside when a title, a path or a question phrase is matched to entity names.
     generic_head_words: tuple[str, ...] = ()

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any
 
-Mode = Literal["vector", "keyword", "graph", "hybrid", "global"]
-MODES: tuple[Mode, ...] = get_args(Mode)
-Fusion = Literal["weighted", "rrf"]
-FUSIONS: tuple[Fusion, ...] = get_args(Fusion)
-Granularity = Literal["documents", "chunks"]
-GRANULARITIES: tuple[Granularity, ...] = get_args(Granularity)
-MAX_HOPS = 3  # the bound `retrieval.max_hops` has in the configuration
+from graphrag_pipeline.lib.query_options import (  # noqa: F401  (the query module's names for them)
+    FUSIONS,
+    GRANULARITIES,
+    MAX_HOPS,
+    MODES,
+    Fusion,
+    Granularity,
+    Mode,
+)
 
 
 @dataclass(frozen=True)

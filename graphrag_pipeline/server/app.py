@@ -34,13 +34,12 @@ from graphrag_pipeline.query.explore import (
     list_entities,
     list_relationships,
 )
-from graphrag_pipeline.query.models import MAX_HOPS, Fusion, Granularity, Mode
+from graphrag_pipeline.lib.query_options import MAX_HOPS, MAX_TOP_K, Fusion, Granularity, Mode
 from graphrag_pipeline.server.auth import Caller, KeyRing
 from graphrag_pipeline.server.limits import AnswerSlots, Busy, TimedOut, check_question
 
 ACCESS_LOG = logging.getLogger("graphrag_pipeline.server.access")
 ERROR_LOG = logging.getLogger("graphrag_pipeline.server")
-MAX_TOP_K = 50
 PAGE_LIMIT = 1000
 # HTTP status of each kind of the pipeline's errors (damaged and failed are answered without their details)
 STATUS_OF_KIND: dict[ErrorKind, int] = {"invalid": 400, "busy": 429, "unavailable": 503, "damaged": 503,

@@ -21,11 +21,10 @@ from pydantic import ConfigDict, Field
 
 from graphrag_pipeline.query import OpenIndex
 from graphrag_pipeline.query.explore import entity_neighbourhood, graph_stats
-from graphrag_pipeline.query.models import MAX_HOPS, Fusion, Granularity, Mode
+from graphrag_pipeline.lib.query_options import MAX_HOPS, MAX_TOP_K, Fusion, Granularity, Mode
 from graphrag_pipeline.server.auth import Caller, KeyRing
 from graphrag_pipeline.server.limits import AnswerSlots, Busy, TimedOut, check_question
 
-MAX_TOP_K = 50
 T = TypeVar("T")
 READ_ONLY = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
 STDIO_KEY_ENV = "GRAPHRAG_MCP_KEY"
