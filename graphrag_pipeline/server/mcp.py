@@ -7,7 +7,7 @@ API's bounds hold here too (``server.limits``): question length, answers at once
 limit, with the work off the event loop; every refusal is a ``ToolError`` whose message the client sees.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, TypeVar
 
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -17,7 +17,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import ToolAnnotations
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, ValidationError
 
 from graphrag_pipeline.query import OpenIndex
 from graphrag_pipeline.query.explore import entity_neighbourhood, graph_stats
@@ -140,6 +140,24 @@ def create_mcp(index: OpenIndex, caller: Callable[[], Caller], *, keys: KeyRing 
         "Results are limited to what your key may read."), tools=tools, **auth)
 
 
+class StrictTool(Tool):
+    """A tool whose arguments are checked before the SDK's own run: a refusal names each wrong argument and the rule
+    it breaks, in one line (the SDK sends pydantic's report: types, the input echoed, a documentation link)."""
+
+    async def run(self, arguments: dict[str, Any], context: Any, convert_result: bool = False) -> Any:
+        try:
+            self.fn_metadata.validate_arguments(arguments)
+        except ValidationError as error:
+            raise ToolError(f"{self.name}: " + "; ".join(self._reason(problem) for problem in error.errors())) from None
+        return await super().run(arguments, context, convert_result=convert_result)
+
+    def _reason(self, problem: Mapping[str, Any]) -> str:
+        where = ".".join(str(part) for part in problem["loc"]) or "arguments"
+        if problem["type"] == "extra_forbidden":
+            return f"{where} is not an argument of this tool (it takes {', '.join(self.parameters['properties'])})"
+        return f"{where}: {problem['msg'][0].lower()}{problem['msg'][1:]}"
+
+
 def strict_tool(fn: Callable[..., Any]) -> Tool:
     """A read-only tool that refuses arguments it does not have, as the HTTP API refuses unknown fields (the SDK's
     argument model ignores them: a misspelt ``topk`` would silently answer with the default), and says so in its
@@ -148,5 +166,5 @@ def strict_tool(fn: Callable[..., Any]) -> Tool:
     loose = tool.fn_metadata.arg_model
 
     strict = type(loose.__name__, (loose,), {"model_config": ConfigDict(**loose.model_config, extra="forbid")})
-    return tool.model_copy(update={"fn_metadata": tool.fn_metadata.model_copy(update={"arg_model": strict}),
-                                   "parameters": {**tool.parameters, "additionalProperties": False}})
+    return StrictTool(**{**dict(tool), "fn_metadata": tool.fn_metadata.model_copy(update={"arg_model": strict}),
+                         "parameters": {**tool.parameters, "additionalProperties": False}})
