@@ -490,7 +490,8 @@ class EmbeddedGraphStore:
     ) -> dict[str, Relationship]:
         """Relationships of those types between one of ``entity_ids`` and another entity (see ``GraphStore``)."""
         ids = _ids_json(entity_ids)
-        clauses, parameters = f"WHERE (source_id IN {_IDS} OR target_id IN {_IDS}) AND source_id != target_id", [ids, ids]
+        clauses = f"WHERE (source_id IN {_IDS} OR target_id IN {_IDS}) AND source_id != target_id"
+        parameters = [ids, ids]
         if relationship_types is not None:
             clauses += f" AND type IN {_IDS}"
             parameters.append(_ids_json(relationship_types))
