@@ -1,4 +1,5 @@
 import itertools
+import json
 from dataclasses import replace
 
 import pytest
@@ -9,8 +10,12 @@ from graphrag_pipeline.lib.communities import (
     detect_communities,
     source_titles_of,
     summarize_community_extractively,
+    update_communities,
 )
+from graphrag_pipeline.lib.config import load_settings
 from graphrag_pipeline.lib.models import Community, Entity, Relationship
+from graphrag_pipeline.lib.stages.communities import community_from_payload
+from graphrag_pipeline.lib.workspace import Workspace
 
 
 def clique(prefix: str, size: int, weight: float = 1.0) -> list[tuple[str, str, float]]:
@@ -44,6 +49,69 @@ def test_two_cliques_joined_by_a_weak_edge_are_two_communities():
     for community in communities:
         assert community.community_id == community_id(community.level, community.entity_ids)
         assert list(community.entity_ids) == sorted(community.entity_ids)
+
+
+def islands(count: int) -> list[tuple[str, str, float]]:
+    """Separate cliques of four: one top-level community each, so a change inside one touches only it."""
+    return [edge for index in range(count) for edge in clique(f"i{index:02d}_", 4)]
+
+
+def test_an_incremental_run_over_unchanged_edges_keeps_every_community():
+    edges = ring_of_triangles(30) + islands(5)
+    full = detect_communities(edges, max_cluster_size=4, seed=42)
+    update = update_communities(full, list(reversed(edges)), max_cluster_size=4, seed=42)
+    assert update.communities == full
+    assert update.kept == sum(c.level == 0 for c in full) and update.reclustered_entities == 0
+
+
+def test_a_change_inside_one_community_re_forms_that_community_alone():
+    edges = islands(20)
+    full = detect_communities(edges, max_cluster_size=10, seed=42)
+    changed = [*edges[:-1], (edges[-1][0], edges[-1][1], 3.0)]  # one edge of the last island re-weighted
+    update = update_communities(full, changed, max_cluster_size=10, seed=42)
+    touched = {f"i19_{i}" for i in range(4)}
+    assert update.kept == 19 and update.reclustered_entities == 4
+    # Clustered again into the same members: the same id, and the hash of the edges as they are now.
+    [island] = [c for c in update.communities if set(c.entity_ids) == touched]
+    [was] = [c for c in full if set(c.entity_ids) == touched]
+    assert island.community_id == was.community_id and island.edges_hash != was.edges_hash
+    kept = [c for c in full if not set(c.entity_ids) & touched]
+    assert all(c in update.communities for c in kept)  # same ids, so the same stored summaries
+    assert update_communities(full, changed, max_cluster_size=10, seed=42) == update  # deterministic
+    assert update_communities(update.communities, changed, max_cluster_size=10, seed=42).kept == 20
+
+
+def test_a_community_split_by_a_change_is_re_formed_and_the_others_stay():
+    path = [("p0", "p1", 1.0), ("p1", "p2", 1.0), ("p2", "p3", 1.0)]
+    edges = islands(10) + path
+    full = detect_communities(edges, max_cluster_size=10, seed=42)
+    assert frozenset({"p0", "p1", "p2", "p3"}) in member_sets(full, 0)
+    cut = [edge for edge in edges if edge != ("p1", "p2", 1.0)]  # the path falls in two
+    update = update_communities(full, cut, max_cluster_size=10, seed=42)
+    before = {c.community_id for c in full}
+    re_formed = {frozenset(c.entity_ids) for c in update.communities if c.community_id not in before}
+    assert re_formed == {frozenset({"p0", "p1"}), frozenset({"p2", "p3"})}
+    assert update.kept == 10 and update.reclustered_entities == 4
+
+
+def test_new_entities_form_communities_of_their_own_and_removed_ones_leave():
+    edges = islands(6)
+    full = detect_communities(edges, max_cluster_size=10, seed=42)
+    grown = [edge for edge in edges if not edge[0].startswith("i05_")] + clique("new", 4)
+    update = update_communities(full, grown, max_cluster_size=10, seed=42)
+    assert update.kept == 5 and update.reclustered_entities == 4
+    assert frozenset(f"new{i}" for i in range(4)) in member_sets(update.communities, 0)
+    assert not any(c.entity_ids[0].startswith("i05_") for c in update.communities)
+    full_again = detect_communities(grown, max_cluster_size=10, seed=42)
+    assert member_sets(update.communities, 0) == member_sets(full_again, 0)  # the full re-clustering agrees here
+
+
+def test_a_partition_without_edge_hashes_is_re_clustered_whole():
+    edges = islands(3)
+    stored = [replace(c, edges_hash="") for c in detect_communities(edges, seed=42)]
+    update = update_communities(stored, edges, seed=42)
+    assert update.kept == 0 and update.reclustered_entities == 12
+    assert update.communities == detect_communities(edges, seed=42)
 
 
 def test_large_clusters_are_split_into_linked_child_levels():
@@ -378,3 +446,69 @@ def test_a_summary_names_the_documents_most_members_come_from():
     assert summary.summary.splitlines()[1] == "From: Checkout README; Payments runbook."
     assert "From:" not in summarize().summary
     assert summary.content_hash != summarize().content_hash  # other sources, another summary to store
+
+
+def group_catalog(extra: str = "") -> str:
+    """Eight groups of four services, each group owned by its own team and depending only on itself: one top-level
+    community a group."""
+    services = []
+    for group in range(8):
+        names = [f"svc{group}{member}" for member in "abcd"]
+        services += [f"  - {{name: {name}, owners: [team{group}], depends_on: [{', '.join(n for n in names if n != name)}]}}"
+                     for name in names]
+    return "services:\n" + "\n".join(services) + extra + "\n"
+
+
+def stage_report(reports, name):
+    return next(report for report in reports if report.stage == name)
+
+
+def test_an_edit_inside_one_group_re_clusters_and_re_summarizes_that_group_alone(tmp_path):
+    from graphrag_pipeline.lib.stages.communities import FULL_RUN_MARK
+    from graphrag_pipeline_tests.conftest import build
+
+    catalog = tmp_path / "catalog"
+    catalog.mkdir()
+    (catalog / "services.yaml").write_text(group_catalog())
+    settings = load_settings(index_dir=str(tmp_path / "index"), shard_count=4,
+                             sources=[{"name": "cat", "kind": "catalog", "path": str(catalog)}])
+    first = build(settings)
+    assert stage_report(first, "communities").counts["kept_top_level"] == 0  # the first run is a full one
+    assert "full re-clustering" in stage_report(first, "communities").notes[0]
+
+    # One more dependency inside group 3 (svc3a on a new store): only that group's community changes.
+    (catalog / "services.yaml").write_text(group_catalog().replace(
+        "{name: svc3a, owners: [team3], depends_on: [", "{name: svc3a, owners: [team3], depends_on: [store3, "))
+    second = build(settings)
+    communities = stage_report(second, "communities").counts
+    summaries = stage_report(second, "community_summaries").counts
+    # The group's four services, its team and the new store: one community re-formed, one summary written.
+    assert communities["kept_top_level"] == 7 and communities["reclustered_entities"] == 6
+    assert communities["re_formed"] == 1 and summaries["summarized"] == 1 and summaries["reused"] == 7
+
+    # Switched off, the next run re-clusters everything, as from scratch; the mark says when it ran.
+    third = build(settings.with_overrides(communities={"incremental": False}))
+    assert stage_report(third, "communities").counts["kept_top_level"] == 0
+    workspace = Workspace(settings)
+    try:
+        edges = workspace.graph_store.weighted_edges()
+        stored = [community_from_payload(p) for p in workspace.state.community_payloads().values()]
+        assert json.loads(workspace.state.stage_mark(FULL_RUN_MARK))["reclustered"] == 0
+    finally:
+        workspace.close()
+    assert sorted(stored, key=lambda c: (c.level, c.community_id)) == detect_communities(
+        edges, max_cluster_size=settings.communities.max_cluster_size, seed=settings.communities.seed)
+
+
+def test_a_full_re_clustering_is_due_when_old_drifted_switched_off_or_without_a_start():
+    from graphrag_pipeline.lib.stages.communities import DAY_SECONDS, why_full
+
+    config = load_settings().communities
+    start = detect_communities(islands(4), seed=42)
+    recent = {"at": 1_000_000.0, "reclustered": 0}
+    assert why_full(config, start, recent, 16, now=1_000_000.0 + DAY_SECONDS) == ""
+    assert "older than 7 days" in why_full(config, start, recent, 16, now=1_000_000.0 + 8 * DAY_SECONDS)
+    assert "25%" in why_full(config, start, {**recent, "reclustered": 5}, 16, now=1_000_000.0)
+    assert why_full(config, [], recent, 16, now=1_000_000.0) == "no partition to start from"
+    assert why_full(config, start, None, 16, now=1_000_000.0) == "no partition to start from"
+    assert why_full(config.model_copy(update={"incremental": False}), start, recent, 16, now=1_000_000.0)

@@ -16,6 +16,7 @@ import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from graphrag_pipeline.lib.ids import content_hash, short_id
 from graphrag_pipeline.lib.models import Community, CommunitySummary, Entity, Relationship
@@ -44,14 +45,93 @@ def detect_communities(
     every isolated node, belongs to no community. A negative or non-finite weight is a data error and raises.
 
     The result is sorted by (level, community_id) and depends only on the set of edges and the seed, not on edge
-    order.
+    order. Each top-level community carries the hash of its members' edges (``edges_hash``), which
+    ``update_communities`` compares to tell the communities a later change did not touch.
     """
+    _check_parameters(max_cluster_size, seed)
+    graph = _undirected_edge_list(edges)
+    return _with_edge_hashes(_leiden(graph, max_cluster_size, seed), _adjacency(graph))
+
+
+@dataclass(frozen=True)
+class CommunityUpdate:
+    communities: list[Community]
+    kept: int  # top-level communities kept whole, with their sub-communities
+    reclustered_entities: int  # entities clustered again: the members of the changed communities and the new ones
+
+
+def update_communities(
+    previous: Sequence[Community],
+    edges: Sequence[tuple[str, str, float]],
+    *,
+    max_cluster_size: int = 10,
+    seed: int = 42,
+) -> CommunityUpdate:
+    """The partition ``previous`` brought level with ``edges``, re-forming only what changed.
+
+    A top-level community none of whose members gained, lost or re-weighted an edge (its ``edges_hash`` still holds)
+    is kept whole with its sub-communities: the same ids, so the same stored summaries. The members of the others
+    and the entities in no community are clustered again as ``detect_communities`` clusters a graph, over the edges
+    among themselves; an edge from one of them to a kept community's member is left out of that run (it is
+    unchanged, or the community would not have been kept). The result depends only on ``previous``, the set of edges
+    and the seed: a re-sync equals a from-scratch build given the same starting partition, and
+    ``detect_communities`` over all edges is the full re-clustering that resets it.
+    """
+    _check_parameters(max_cluster_size, seed)
+    graph = _undirected_edge_list(edges)
+    adjacency = _adjacency(graph)
+    roots = [c for c in previous if c.level == 0 and c.edges_hash
+             and c.edges_hash == incident_edges_hash(c.entity_ids, adjacency)]
+    children: dict[str | None, list[Community]] = defaultdict(list)
+    for community in previous:
+        children[community.parent_id].append(community)
+    kept, pending = [], list(roots)
+    while pending:
+        community = pending.pop()
+        kept.append(community)
+        pending.extend(children[community.community_id])
+    placed = {entity_id for community in roots for entity_id in community.entity_ids}
+    region = [(a, b, w) for a, b, w in graph if a not in placed and b not in placed]
+    fresh = _with_edge_hashes(_leiden(region, max_cluster_size, seed), adjacency)
+    combined = {community.community_id: community for community in (*kept, *fresh)}
+    ordered = sorted(combined.values(), key=lambda community: (community.level, community.community_id))
+    return CommunityUpdate(ordered, kept=len(roots), reclustered_entities=len(set(adjacency) - placed))
+
+
+def incident_edges_hash(members: Collection[str], adjacency: Mapping[str, Mapping[str, float]]) -> str:
+    """Hash of every edge touching ``members`` (the other end and the weight): it changes exactly when a member gains,
+    loses or re-weights an edge, or leaves the graph."""
+    parts: list[str] = []
+    for member in sorted(members):
+        neighbours = adjacency.get(member)
+        parts.append(member)
+        parts.extend(["\x00"] if neighbours is None else (f"{n}\x1e{w!r}" for n, w in sorted(neighbours.items())))
+    return content_hash(*parts)
+
+
+def _check_parameters(max_cluster_size: int, seed: int) -> None:
     if max_cluster_size < 1:
         raise ValueError(f"max_cluster_size must be at least 1, got {max_cluster_size}")
     if seed < 1:
         # graspologic-native seeds an unsigned 64-bit PRNG and rejects 0 and negatives.
         raise ValueError(f"seed must be a positive integer, got {seed}")
-    graph = _undirected_edge_list(edges)
+
+
+def _adjacency(graph: Sequence[tuple[str, str, float]]) -> dict[str, dict[str, float]]:
+    adjacency: dict[str, dict[str, float]] = defaultdict(dict)
+    for source, target, weight in graph:
+        adjacency[source][target] = weight
+        adjacency[target][source] = weight
+    return adjacency
+
+
+def _with_edge_hashes(communities: list[Community], adjacency: Mapping[str, Mapping[str, float]]) -> list[Community]:
+    return [replace(c, edges_hash=incident_edges_hash(c.entity_ids, adjacency)) if c.level == 0 else c
+            for c in communities]
+
+
+def _leiden(graph: list[tuple[str, str, float]], max_cluster_size: int, seed: int) -> list[Community]:
+    """Hierarchical Leiden over an undirected edge list (``_undirected_edge_list``), linked parent to child."""
     if not graph:
         return []
 

@@ -263,6 +263,12 @@ class CommunityConfig(StrictModel):
     max_cluster_size: int = Field(10, ge=2)
     min_size: int = Field(3, ge=1)  # smaller communities are kept but not summarized: a pair is an edge, not a topic
     seed: int = 42
+    # Incremental: a run keeps the communities no edge change touched and re-clusters the rest (their summaries are
+    # the only ones rewritten). A full re-clustering runs when the last one is older than full_every_days, when the
+    # entities re-clustered since then pass max_drift of all entities, or always with incremental: false.
+    incremental: bool = True
+    full_every_days: float = Field(7.0, gt=0)
+    max_drift: float = Field(0.25, gt=0, le=1)
     summary_sentences: int = Field(5, ge=1)
     top_entities: int = Field(10, ge=1)
 

@@ -160,6 +160,8 @@ class Community:
     parent_id: str | None
     entity_ids: tuple[str, ...]
     child_ids: tuple[str, ...] = ()
+    # Top level: the hash of every edge touching a member, which tells an incremental run it may keep the community.
+    edges_hash: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
