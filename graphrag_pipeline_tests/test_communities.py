@@ -61,7 +61,7 @@ def test_an_incremental_run_over_unchanged_edges_keeps_every_community():
     full = detect_communities(edges, max_cluster_size=4, seed=42)
     update = update_communities(full, list(reversed(edges)), max_cluster_size=4, seed=42)
     assert update.communities == full
-    assert update.kept == sum(c.level == 0 for c in full) and update.reclustered_entities == 0
+    assert update.kept == len(full) and update.reclustered_entities == 0
 
 
 def test_a_change_inside_one_community_re_forms_that_community_alone():
@@ -78,7 +78,7 @@ def test_a_change_inside_one_community_re_forms_that_community_alone():
     kept = [c for c in full if not set(c.entity_ids) & touched]
     assert all(c in update.communities for c in kept)  # same ids, so the same stored summaries
     assert update_communities(full, changed, max_cluster_size=10, seed=42) == update  # deterministic
-    assert update_communities(update.communities, changed, max_cluster_size=10, seed=42).kept == 20
+    assert update_communities(update.communities, changed, max_cluster_size=10, seed=42).kept == len(full)
 
 
 def test_a_community_split_by_a_change_is_re_formed_and_the_others_stay():
@@ -92,6 +92,27 @@ def test_a_community_split_by_a_change_is_re_formed_and_the_others_stay():
     re_formed = {frozenset(c.entity_ids) for c in update.communities if c.community_id not in before}
     assert re_formed == {frozenset({"p0", "p1"}), frozenset({"p2", "p3"})}
     assert update.kept == 10 and update.reclustered_entities == 4
+
+
+def test_a_change_deep_in_the_hierarchy_keeps_the_other_leaves_and_a_consistent_hierarchy():
+    edges = ring_of_triangles(30)
+    full = detect_communities(edges, max_cluster_size=4, seed=42)
+    assert max(c.level for c in full) >= 1
+    changed = [(a, b, 5.0) if (a, b) == ("t07_0", "t07_1") else (a, b, w) for a, b, w in edges]
+    update = update_communities(full, changed, max_cluster_size=4, seed=42)
+    by_id = {c.community_id: c for c in update.communities}
+    leaves_before = [c for c in full if not c.child_ids]
+    touched = [c for c in leaves_before if {"t07_0", "t07_1"} & set(c.entity_ids)]
+    assert update.reclustered_entities == len({e for c in touched for e in c.entity_ids})
+    assert all(c.community_id in by_id for c in leaves_before if c not in touched)  # the same ids: summaries reused
+    assert update.kept >= len(leaves_before) - len(touched)
+    for community in update.communities:  # links both ways, members nested, every entity in one top community
+        if community.parent_id is not None:
+            parent = by_id[community.parent_id]
+            assert community.community_id in parent.child_ids and set(community.entity_ids) <= set(parent.entity_ids)
+        assert all(by_id[child].parent_id == community.community_id for child in community.child_ids)
+    tops = [set(c.entity_ids) for c in update.communities if c.level == 0]
+    assert sum(len(t) for t in tops) == len(set().union(*tops)) == len({e for a, b, _ in edges for e in (a, b)})
 
 
 def test_new_entities_form_communities_of_their_own_and_removed_ones_leave():
@@ -473,7 +494,7 @@ def test_an_edit_inside_one_group_re_clusters_and_re_summarizes_that_group_alone
     settings = load_settings(index_dir=str(tmp_path / "index"), shard_count=4,
                              sources=[{"name": "cat", "kind": "catalog", "path": str(catalog)}])
     first = build(settings)
-    assert stage_report(first, "communities").counts["kept_top_level"] == 0  # the first run is a full one
+    assert stage_report(first, "communities").counts["kept"] == 0  # the first run is a full one
     assert "full re-clustering" in stage_report(first, "communities").notes[0]
 
     # One more dependency inside group 3 (svc3a on a new store): only that group's community changes.
@@ -483,12 +504,12 @@ def test_an_edit_inside_one_group_re_clusters_and_re_summarizes_that_group_alone
     communities = stage_report(second, "communities").counts
     summaries = stage_report(second, "community_summaries").counts
     # The group's four services, its team and the new store: one community re-formed, one summary written.
-    assert communities["kept_top_level"] == 7 and communities["reclustered_entities"] == 6
+    assert communities["kept"] == 7 and communities["reclustered_entities"] == 6
     assert communities["re_formed"] == 1 and summaries["summarized"] == 1 and summaries["reused"] == 7
 
     # Switched off, the next run re-clusters everything, as from scratch; the mark says when it ran.
     third = build(settings.with_overrides(communities={"incremental": False}))
-    assert stage_report(third, "communities").counts["kept_top_level"] == 0
+    assert stage_report(third, "communities").counts["kept"] == 0
     workspace = Workspace(settings)
     try:
         edges = workspace.graph_store.weighted_edges()

@@ -45,7 +45,7 @@ def detect_communities(
     every isolated node, belongs to no community. A negative or non-finite weight is a data error and raises.
 
     The result is sorted by (level, community_id) and depends only on the set of edges and the seed, not on edge
-    order. Each top-level community carries the hash of its members' edges (``edges_hash``), which
+    order. Each leaf community carries the hash of its members' edges (``edges_hash``), which
     ``update_communities`` compares to tell the communities a later change did not touch.
     """
     _check_parameters(max_cluster_size, seed)
@@ -56,8 +56,8 @@ def detect_communities(
 @dataclass(frozen=True)
 class CommunityUpdate:
     communities: list[Community]
-    kept: int  # top-level communities kept whole, with their sub-communities
-    reclustered_entities: int  # entities clustered again: the members of the changed communities and the new ones
+    kept: int  # communities carried over with all their members (the same id, so their summaries are reused)
+    reclustered_entities: int  # entities clustered again: the members of the changed leaves and the new ones
 
 
 def update_communities(
@@ -69,33 +69,41 @@ def update_communities(
 ) -> CommunityUpdate:
     """The partition ``previous`` brought level with ``edges``, re-forming only what changed.
 
-    A top-level community none of whose members gained, lost or re-weighted an edge (its ``edges_hash`` still holds)
-    is kept whole with its sub-communities: the same ids, so the same stored summaries. The members of the others
-    and the entities in no community are clustered again as ``detect_communities`` clusters a graph, over the edges
-    among themselves; an edge from one of them to a kept community's member is left out of that run (it is
-    unchanged, or the community would not have been kept). The result depends only on ``previous``, the set of edges
-    and the seed: a re-sync equals a from-scratch build given the same starting partition, and
+    A leaf community (one without children) none of whose members gained, lost or re-weighted an edge (its
+    ``edges_hash`` still holds) is kept; each community above keeps the members of its kept leaves, so it keeps its
+    id when all of them were kept and shrinks otherwise. The members of the changed leaves and the entities in no
+    community are clustered again as ``detect_communities`` clusters a graph, over the edges among themselves, and
+    their communities join the hierarchy at its top; an edge from one of them to a kept leaf's member is left out of
+    that run (it is unchanged, or the leaf would not have been kept). The result depends only on ``previous``, the
+    set of edges and the seed: a re-sync equals a from-scratch build given the same starting partition, and
     ``detect_communities`` over all edges is the full re-clustering that resets it.
     """
     _check_parameters(max_cluster_size, seed)
     graph = _undirected_edge_list(edges)
     adjacency = _adjacency(graph)
-    roots = [c for c in previous if c.level == 0 and c.edges_hash
-             and c.edges_hash == incident_edges_hash(c.entity_ids, adjacency)]
-    children: dict[str | None, list[Community]] = defaultdict(list)
-    for community in previous:
-        children[community.parent_id].append(community)
-    kept, pending = [], list(roots)
-    while pending:
-        community = pending.pop()
-        kept.append(community)
-        pending.extend(children[community.community_id])
-    placed = {entity_id for community in roots for entity_id in community.entity_ids}
+    kept_members: dict[str, frozenset[str]] = {}  # previous community -> the members it keeps
+    for community in sorted(previous, key=lambda c: -c.level):  # leaves first, their ancestors after them
+        if not community.child_ids:
+            unchanged = community.edges_hash == incident_edges_hash(community.entity_ids, adjacency)
+            kept_members[community.community_id] = frozenset(community.entity_ids if unchanged else ())
+        else:
+            kept_members[community.community_id] = frozenset().union(
+                *(kept_members.get(child, frozenset()) for child in community.child_ids))
+    new_ids = {c.community_id: community_id(c.level, kept_members[c.community_id])
+               for c in previous if kept_members[c.community_id]}
+    rebuilt = [
+        Community(new_ids[c.community_id], c.level, new_ids.get(c.parent_id) if c.parent_id else None,
+                  tuple(sorted(kept_members[c.community_id])),
+                  tuple(sorted(new_ids[child] for child in c.child_ids if child in new_ids)))
+        for c in previous if c.community_id in new_ids
+    ]
+    placed = {entity_id for community in rebuilt for entity_id in community.entity_ids}
     region = [(a, b, w) for a, b, w in graph if a not in placed and b not in placed]
-    fresh = _with_edge_hashes(_leiden(region, max_cluster_size, seed), adjacency)
-    combined = {community.community_id: community for community in (*kept, *fresh)}
+    combined = {community.community_id: community
+                for community in _with_edge_hashes([*rebuilt, *_leiden(region, max_cluster_size, seed)], adjacency)}
     ordered = sorted(combined.values(), key=lambda community: (community.level, community.community_id))
-    return CommunityUpdate(ordered, kept=len(roots), reclustered_entities=len(set(adjacency) - placed))
+    return CommunityUpdate(ordered, kept=sum(old == new for old, new in new_ids.items()),
+                           reclustered_entities=len(set(adjacency) - placed))
 
 
 def incident_edges_hash(members: Collection[str], adjacency: Mapping[str, Mapping[str, float]]) -> str:
@@ -126,7 +134,7 @@ def _adjacency(graph: Sequence[tuple[str, str, float]]) -> dict[str, dict[str, f
 
 
 def _with_edge_hashes(communities: list[Community], adjacency: Mapping[str, Mapping[str, float]]) -> list[Community]:
-    return [replace(c, edges_hash=incident_edges_hash(c.entity_ids, adjacency)) if c.level == 0 else c
+    return [replace(c, edges_hash=incident_edges_hash(c.entity_ids, adjacency)) if not c.child_ids else c
             for c in communities]
 
 

@@ -160,7 +160,7 @@ class Community:
     parent_id: str | None
     entity_ids: tuple[str, ...]
     child_ids: tuple[str, ...] = ()
-    # Top level: the hash of every edge touching a member, which tells an incremental run it may keep the community.
+    # A leaf's: the hash of every edge touching a member, which tells an incremental run it may keep the leaf.
     edges_hash: str = ""
 
     def to_dict(self) -> dict[str, Any]:

@@ -44,11 +44,11 @@ def build_communities(ws: Workspace) -> StageReport:
     for community in communities:
         levels[community.level] += 1
     report.counts.update(communities=len(communities), levels=len(levels), edges=len(edges),
-                         kept_top_level=update.kept, reclustered_entities=update.reclustered_entities,
+                         kept=update.kept, reclustered_entities=update.reclustered_entities,
                          re_formed=len({c.community_id for c in communities} - {c.community_id for c in previous}))
     report.sample = [{"level": level, "communities": n} for level, n in sorted(levels.items())]
     report.notes.append(f"full re-clustering: {full}" if full else
-                        f"incremental: {update.kept} top-level communities kept, "
+                        f"incremental: {update.kept} communities kept, "
                         f"{update.reclustered_entities} entities re-clustered")
     return report
 
@@ -58,7 +58,7 @@ def why_full(config: CommunityConfig, previous: list[Community], since_full: dic
     complete, incremental runs switched off, the last full run too old, or too much re-clustered since."""
     if not config.incremental:
         return "incremental runs are off"
-    if not previous or since_full is None or any(not c.edges_hash for c in previous if c.level == 0):
+    if not previous or since_full is None or any(not c.edges_hash for c in previous if not c.child_ids):
         return "no partition to start from"
     if now - since_full["at"] > config.full_every_days * DAY_SECONDS:
         return f"the last full run is older than {config.full_every_days:g} days"
