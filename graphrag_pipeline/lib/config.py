@@ -263,8 +263,8 @@ class CommunityConfig(StrictModel):
     max_cluster_size: int = Field(10, ge=2)
     min_size: int = Field(3, ge=1)  # smaller communities are kept but not summarized: a pair is an edge, not a topic
     seed: int = 42
-    # Incremental: a run keeps the communities no edge change touched and re-clusters the rest (their summaries are
-    # the only ones rewritten). A full re-clustering runs when the last one is older than full_every_days, when the
+    # Incremental: a run keeps the leaf communities no edge change touched and re-clusters the members of the rest
+    # (their summaries, and those of the communities above them, are the only ones rewritten). A full re-clustering runs when the last one is older than full_every_days, when the
     # entities re-clustered since then pass max_drift of all entities, or always with incremental: false.
     incremental: bool = True
     full_every_days: float = Field(7.0, gt=0)
