@@ -251,7 +251,9 @@ def _relationships_by_community(ws: Workspace, communities: Sequence[Community])
     grouped: dict[str, list[Relationship]] = {c.community_id: [] for c in communities}
     if not communities:
         return grouped
-    for relationship in ws.graph_store.get_relationships(ws.graph_store.all_relationship_ids()).values():
+    # Only the relationships touching a member: an incremental run summarizes a few communities of many.
+    members = [eid for community in communities for eid in community.entity_ids]
+    for relationship in ws.graph_store.relationships_of(members).values():
         touched = set(owner.get(relationship.source_id, ())) | set(owner.get(relationship.target_id, ()))
         if touched:
             for cid in touched:
