@@ -113,7 +113,8 @@ def incident_edges_hash(members: Collection[str], adjacency: Mapping[str, Mappin
     for member in sorted(members):
         neighbours = adjacency.get(member)
         parts.append(member)
-        parts.extend(["\x00"] if neighbours is None else (f"{n}\x1e{w!r}" for n, w in sorted(neighbours.items())))
+        # Nine significant digits: a weight summed from parallel edges in another order differs in its last bits.
+        parts.extend(["\x00"] if neighbours is None else (f"{n}\x1e{w:.9g}" for n, w in sorted(neighbours.items())))
     return content_hash(*parts)
 
 
