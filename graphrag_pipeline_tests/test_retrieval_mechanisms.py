@@ -31,7 +31,7 @@ import pytest
 
 from graphrag_pipeline.lib.chunking import WordTokenizer
 from graphrag_pipeline.lib.config import PipelineSettings
-from graphrag_pipeline.lib.fusion import cap_at_origin, rank, reciprocal_rank_fusion, weighted_fusion
+from graphrag_pipeline.query.fusion import cap_at_origin, rank, reciprocal_rank_fusion, weighted_fusion
 from graphrag_pipeline.lib.ids import entity_id, normalize_name
 from graphrag_pipeline.lib.models import Entity
 from graphrag_pipeline.lib.stages import build_everything

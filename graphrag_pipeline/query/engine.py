@@ -20,7 +20,7 @@ from typing import TypeVar
 import numpy as np
 
 from graphrag_pipeline.lib.config import PipelineSettings
-from graphrag_pipeline.lib.fusion import rank
+from graphrag_pipeline.query.fusion import rank
 from graphrag_pipeline.lib.merge import entity_from_payload, relationship_from_payload
 from graphrag_pipeline.lib.models import Entity, Relationship
 from graphrag_pipeline.lib.state import StateStore

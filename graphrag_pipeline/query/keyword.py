@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from graphrag_pipeline.lib.fusion import normalize_by_max
+from graphrag_pipeline.query.fusion import normalize_by_max
 
 # Lower-case runs of letters and digits, as most BM25 baselines count them; an identifier such as
 # "KubePodCrashLooping" or "payments-api" is kept whole as well as in parts, so the exact spelling scores highest.

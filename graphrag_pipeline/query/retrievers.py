@@ -44,7 +44,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from graphrag_pipeline.lib.config import Ontology, RetrievalConfig
-from graphrag_pipeline.lib.fusion import cap_at_origin, normalize_by_max, rank, reciprocal_rank_fusion, weighted_fusion
+from graphrag_pipeline.query.fusion import cap_at_origin, normalize_by_max, rank, reciprocal_rank_fusion, weighted_fusion
 from graphrag_pipeline.lib.models import Chunk, Document, EntityNames, Relationship
 from graphrag_pipeline.lib.state import StateStore
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES, GraphStore, TraversalHit, VectorStore
