@@ -74,3 +74,11 @@ def pytest_unconfigure(config):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(_session_exit_status[-1])
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that asks for the session's PostgreSQL starts a server process: it is a `server` test, so that
+    `-m "not slow and not server"` is the inner loop that starts nothing."""
+    for item in items:
+        if "postgres_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.server)

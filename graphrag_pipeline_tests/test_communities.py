@@ -484,6 +484,7 @@ def stage_report(reports, name):
     return next(report for report in reports if report.stage == name)
 
 
+@pytest.mark.slow  # builds an index twice
 def test_an_edit_inside_one_group_re_clusters_and_re_summarizes_that_group_alone(tmp_path):
     from graphrag_pipeline.lib.stages.communities import FULL_RUN_MARK
     from graphrag_pipeline_tests.conftest import build

@@ -139,12 +139,14 @@ def _dg(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # a dg process loading the project
 def test_dg_check_defs_passes():
     result = _dg("check", "defs")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "All definitions loaded successfully" in result.stdout + result.stderr
 
 
+@pytest.mark.slow  # a dg process loading the project
 def test_dg_list_defs_lists_the_project():
     result = _dg("list", "defs", "--json")
     assert result.returncode == 0, result.stderr

@@ -541,6 +541,7 @@ def _corpus_paragraphs() -> list[Chunk]:
     return [chunk(text, f"doc-{i // 10}", i % 10) for i, text in enumerate(paragraphs[:600])]
 
 
+@pytest.mark.slow
 def test_ner_in_helper_processes_finds_what_one_process_finds(monkeypatch: pytest.MonkeyPatch) -> None:
     chunks = _corpus_paragraphs()
     titles = {c.doc_id: f"Title {c.doc_id}" for c in chunks}

@@ -50,6 +50,8 @@ QUESTIONS = [
 ]
 
 
+pytestmark = pytest.mark.slow  # every test here loads the model, and some build the sample index
+
 REFERENCE = Path(__file__).parent / "fixtures" / "minilm_torch_reference.json"
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None,
                                  reason="the torch extra is not installed (pip install 'graphrag_pipeline[torch]')")

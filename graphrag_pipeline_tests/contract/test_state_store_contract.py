@@ -46,7 +46,7 @@ class OpenState(Protocol):
     def __call__(self, *, read_only: bool = False) -> StateStoreProtocol: ...
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.server)])
 def open_state(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenState]:
     if request.param == "sqlite":
         yield lambda read_only=False: StateStore(tmp_path / "state.sqlite", read_only=read_only)
