@@ -146,10 +146,14 @@ class StrictTool(Tool):
 
     async def run(self, arguments: dict[str, Any], context: Any, convert_result: bool = False) -> Any:
         try:
-            self.fn_metadata.validate_arguments(arguments)
-        except ValidationError as error:
-            raise ToolError(f"{self.name}: " + "; ".join(self._reason(problem) for problem in error.errors())) from None
-        return await super().run(arguments, context, convert_result=convert_result)
+            return await super().run(arguments, context, convert_result=convert_result)
+        except ToolError as error:
+            # The SDK's refusal of the arguments is a ToolError raised from the ValidationError (a failure after them is
+            # an UnexpectedToolError, or the tool's own ToolError, and goes out as it is).
+            if type(error) is not ToolError or not isinstance(error.__cause__, ValidationError):
+                raise
+            problems = error.__cause__.errors()
+            raise ToolError(f"{self.name}: " + "; ".join(self._reason(problem) for problem in problems)) from None
 
     def _reason(self, problem: Mapping[str, Any]) -> str:
         where = ".".join(str(part) for part in problem["loc"]) or "arguments"
