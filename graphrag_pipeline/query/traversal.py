@@ -1,7 +1,8 @@
 """Spreading activation over any ``GraphStore``: the scoring lives here, the stores only list neighbourhoods.
 
-Each hop asks the store once for the neighbourhoods of the whole frontier, so a server-backed store costs one round
-trip per hop, and every backend returns the same hits because they all run this one loop.
+The store is told the walk's plan first and answers with the neighbourhoods it will expand, as far as it reads
+ahead (a server, all of them in one round trip); each hop asks once for the frontier's missing ones. Every backend
+returns the same hits because they all run this one loop.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from graphrag_pipeline.lib.stores.protocols import GraphStore, Neighbourhood, TraversalHit
+from graphrag_pipeline.lib.stores.protocols import GraphStore, Neighbourhood, TraversalHit, WalkPlan
 
 # entity id -> (score, hops, path of entity ids, relationship ids along the path)
 _Reach = tuple[float, int, tuple[str, ...], tuple[str, ...]]
@@ -80,10 +81,12 @@ def spread_activation(
     ``hidden``: entity and relationship ids the walk may not use (what only documents the caller may not read
     supply), as if they were not in the graph; the degrees that damp hubs still count them.
 
-    Each hop is one ``graph.neighbourhoods`` call for the whole frontier, listing only each entity's heaviest
-    ``2·fanout + max_hops + 1`` allowed relationships; an entity whose expansion runs out of listed relationships
-    before reaching ``fanout`` neighbours (parallel relationships, neighbours already on the path) is fetched again
-    in full. Each call reads the graph as it is then: a write between hops shows from the next hop on.
+    Neighbourhoods list only each entity's heaviest ``2·fanout + max_hops + 1`` allowed relationships. The walk
+    starts with ``graph.neighbourhoods_ahead`` (the seeds' neighbourhoods and those the store reads ahead); each
+    hop then makes one ``graph.neighbourhoods`` call for the frontier entities still missing, if any. An entity
+    whose expansion runs out of listed relationships before reaching ``fanout`` neighbours (parallel relationships,
+    neighbours already on the path) is fetched again in full. A write between two reads shows from the next read
+    on.
     """
     _check_arguments(seeds, max_hops, decay, fanout, min_score)
     types = None if relationship_types is None else sorted(set(relationship_types))
@@ -91,7 +94,8 @@ def spread_activation(
 
     # The seeds' neighbourhoods tell which seeds exist and are the first hop's expansions (with no hop to take,
     # existence is all that is needed).
-    neighbourhoods = graph.neighbourhoods(seeds, types, limit if max_hops else 0)
+    plan = WalkPlan(None if types is None else tuple(types), max_hops, decay, min_score, limit if max_hops else 0)
+    neighbourhoods = graph.neighbourhoods_ahead(seeds, plan)
     best: dict[str, _Reach] = {
         seed: (float(activation), 0, (seed,), ()) for seed, activation in seeds.items()
         if seed in neighbourhoods and seed not in hidden
@@ -101,8 +105,9 @@ def spread_activation(
         expanding = [(entity_id, reach) for entity_id, reach in frontier if reach[0] > 0]
         if not expanding:
             break
-        if hop > 1:
-            neighbourhoods = graph.neighbourhoods([entity_id for entity_id, _ in expanding], types, limit)
+        missing = [entity_id for entity_id, _ in expanding if entity_id not in neighbourhoods]
+        if missing:
+            neighbourhoods.update(graph.neighbourhoods(missing, types, limit))
         # An entity deleted by a write since it was reached has no neighbourhood left to spread over.
         expanding = [(entity_id, reach) for entity_id, reach in expanding if entity_id in neighbourhoods]
         degrees = np.array([neighbourhoods[entity_id].degree for entity_id, _ in expanding], dtype=np.int64)

@@ -19,7 +19,7 @@ import pytest
 
 from graphrag_pipeline.lib.models import Entity, EntityNames, Relationship
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
-from graphrag_pipeline.lib.stores.protocols import GraphStore, Neighbourhood, TraversalHit
+from graphrag_pipeline.lib.stores.protocols import GraphStore, Neighbourhood, TraversalHit, WalkPlan
 from graphrag_pipeline.query.traversal import spread_activation
 from graphrag_pipeline_tests.contract import bolt_server
 
@@ -312,29 +312,41 @@ def test_neighbourhoods_see_later_writes(graph_store: GraphStore) -> None:
 
 
 class CountingGraph:
-    """A store whose ``neighbourhoods`` calls are recorded as (entity ids, limit)."""
+    """A store whose neighbourhood reads are recorded as (method, entity ids asked for, limit, ids answered)."""
 
     def __init__(self, store: GraphStore) -> None:
         self.store = store
-        self.calls: list[tuple[list[str], int | None]] = []
+        self.calls: list[tuple[str, list[str], int | None, set[str]]] = []
+
+    def neighbourhoods_ahead(self, seeds: dict[str, float], plan: WalkPlan) -> dict[str, Neighbourhood]:
+        found = self.store.neighbourhoods_ahead(seeds, plan)
+        self.calls.append(("ahead", list(seeds), plan.limit, set(found)))
+        return found
 
     def neighbourhoods(
         self, entity_ids: Iterable[str], relationship_types: Sequence[str] | None = None, limit: int | None = None
     ) -> dict[str, Neighbourhood]:
         listed = list(entity_ids)
-        self.calls.append((listed, limit))
-        return self.store.neighbourhoods(listed, relationship_types, limit)
+        found = self.store.neighbourhoods(listed, relationship_types, limit)
+        self.calls.append(("hop", listed, limit, set(found)))
+        return found
 
 
-def test_traversal_reads_one_neighbourhood_list_per_hop(graph_store: GraphStore) -> None:
+def test_traversal_reads_ahead_then_only_what_is_missing_once_per_hop(graph_store: GraphStore) -> None:
     build(graph_store, [rel("a", "b"), rel("b", "c"), rel("a", "x"), rel("c", "d")])
     counting = CountingGraph(graph_store)
 
     hits = spread_activation(counting, {"a": 1.0, "ghost": 1.0}, max_hops=3, fanout=5)  # type: ignore[arg-type]
 
     assert [hit.entity_id for hit in hits][:3] == ["a", "b", "x"] and by_id(hits)["d"].hops == 3
-    assert [sorted(ids) for ids, _ in counting.calls] == [["a", "ghost"], ["b", "x"], ["c"]]
-    assert {limit for _, limit in counting.calls} == {2 * 5 + 3 + 1}
+    assert counting.calls[0][:2] == ("ahead", ["a", "ghost"]) and {"a"} <= counting.calls[0][3]
+    assert len(counting.calls) <= 3  # the plan, then at most one read per later hop
+    read_before: set[str] = set()
+    for _, asked, _, answered in counting.calls:
+        assert not read_before & set(asked)  # nothing is read twice
+        read_before |= answered
+    assert read_before >= {"a", "b", "x", "c"}  # every entity expanded (d is reached at the last hop, not expanded)
+    assert {limit for _, _, limit, _ in counting.calls} == {2 * 5 + 3 + 1}
 
 
 def test_traversal_refetches_a_neighbourhood_whose_list_ran_out(graph_store: GraphStore) -> None:
@@ -347,7 +359,7 @@ def test_traversal_refetches_a_neighbourhood_whose_list_ran_out(graph_store: Gra
 
     assert [hit.entity_id for hit in hits] == ["s", "x", "y"]
     assert by_id(hits)["y"].score == pytest.approx(expected_spread(1.0, 0.5, 1.0, 5.0, degree=31))
-    assert len(counting.calls) == 2 and counting.calls[1] == (["s"], None)  # the refetch lists everything
+    assert len(counting.calls) == 2 and counting.calls[1][:3] == ("hop", ["s"], None)  # the refetch lists all
 
 
 def test_traversal_respects_max_hops_and_decays(graph_store: GraphStore) -> None:

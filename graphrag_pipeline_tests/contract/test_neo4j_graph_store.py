@@ -241,15 +241,27 @@ def test_traversal_equals_the_embedded_store(open_store, tmp_path: Path) -> None
             target.upsert_entities(entities)
             target.upsert_relationships(relationships)
         rng = random.Random(5)
-        cases = [({"n000": 1.0}, 2, 50, None), ({"n000": 1.0}, 3, 2, None), ({"n001": 1.0, "n000": 0.3}, 3, 4, None)]
-        for _ in range(12):
+        cases = [({"n000": 1.0}, 2, 50, None, 0.0), ({"n000": 1.0}, 3, 2, None, 0.0),
+                 ({"n001": 1.0, "n000": 0.3}, 3, 4, None, 0.0), ({"n001": 1.0, "n000": 0.3}, 3, 50, None, 0.02)]
+        for _ in range(16):
             seeds = {eid: rng.choice([1.0, 0.5, 0.05]) for eid in rng.sample([e.entity_id for e in entities], 3)}
             types = rng.choice([None, ["DEPENDS_ON"], ["OWNED_BY", "RELATED_TO"]])
-            cases.append((seeds, rng.choice([1, 2, 3]), rng.choice([1, 3, 10, 50]), types))
-        for seeds, hops, fanout, types in cases:
-            expected = spread_activation(embedded, seeds, hops, fanout=fanout, relationship_types=types)
+            cases.append((seeds, rng.choice([1, 2, 3]), rng.choice([1, 3, 10, 50]), types, rng.choice([0.0, 0.01])))
+        statements = count_statements(store)
+        for seeds, hops, fanout, types, min_score in cases:
+            expected = spread_activation(embedded, seeds, hops, fanout=fanout, relationship_types=types,
+                                         min_score=min_score)
             assert len(expected) > 1
-            assert spread_activation(store, seeds, hops, fanout=fanout, relationship_types=types) == expected
+            statements.clear()
+            walked = spread_activation(store, seeds, hops, fanout=fanout, relationship_types=types,
+                                       min_score=min_score)
+            assert [(h.entity_id, h.hops, h.path, h.via_relationships) for h in walked] == (
+                [(h.entity_id, h.hops, h.path, h.via_relationships) for h in expected])
+            assert [h.score for h in walked] == pytest.approx([h.score for h in expected], rel=1e-12)
+            # The server reads every neighbourhood the walk expands in one statement; only a list that runs out
+            # before ``fanout`` neighbours (few allowed edges and parallel ones) is read again, in full.
+            if fanout == 50:
+                assert len(statements) == 1, statements
         every_id = [e.entity_id for e in entities] + ["ghost"]
         for types, limit in [(None, None), (None, 3), (["DEPENDS_ON"], None), (["OWNED_BY", "RELATED_TO"], 2)]:
             expected_hoods = embedded.neighbourhoods(every_id, types, limit)
@@ -264,6 +276,19 @@ def test_traversal_equals_the_embedded_store(open_store, tmp_path: Path) -> None
         assert store.list_relationships(offset=5, limit=40) == embedded.list_relationships(offset=5, limit=40)
     finally:
         embedded.close()
+
+
+def count_statements(store: Neo4jGraphStore) -> list[str]:
+    """The statements the store runs from now on (its first lines), for as long as the store is open."""
+    statements: list[str] = []
+    run = store._query  # noqa: SLF001 - every read goes through it
+
+    def counted(cypher_text: str, **parameters: Any) -> list[dict[str, Any]]:
+        statements.append(cypher_text.strip().splitlines()[0])
+        return run(cypher_text, **parameters)
+
+    store._query = counted  # type: ignore[method-assign]
+    return statements
 
 
 def copy_graph(source: Any, target: Neo4jGraphStore) -> None:

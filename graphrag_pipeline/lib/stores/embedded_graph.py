@@ -16,7 +16,7 @@ import json
 import math
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from graphrag_pipeline.lib.models import ChunkText, Entity, EntityNames, Relationship
-from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, check_page
+from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, WalkPlan, check_page
 from graphrag_pipeline.lib.stores.sqlite_files import naming_damage
 
 SCHEMA_VERSION = 3  # 2: relationship descriptions stored once; 3: entity titles
@@ -616,6 +616,11 @@ class EmbeddedGraphStore:
             for entity_id in dict.fromkeys(entity_ids)
             if entity_id in index
         }
+
+    def neighbourhoods_ahead(self, seeds: Mapping[str, float], plan: WalkPlan) -> dict[str, Neighbourhood]:
+        """The seeds' neighbourhoods only: a hop read from memory costs no round trip, and reading ahead would read
+        the neighbourhoods of entities the walk then leaves behind."""
+        return self.neighbourhoods(seeds, plan.relationship_types, plan.limit)
 
     def close(self) -> None:
         with self._lock:

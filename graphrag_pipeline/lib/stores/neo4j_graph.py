@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from neo4j import Driver, GraphDatabase, ManagedTransaction
@@ -36,7 +36,7 @@ from neo4j.exceptions import ServiceUnavailable, SessionExpired
 
 from graphrag_pipeline.lib.config import IDENTIFIER, Ontology, default_config_data
 from graphrag_pipeline.lib.models import ChunkText, Entity, EntityNames, Relationship
-from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, check_page
+from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, WalkPlan, check_page
 
 T = TypeVar("T")
 
@@ -163,22 +163,53 @@ def _relationship_row(relationship: Relationship) -> dict[str, Any]:
     }
 
 
-# For entity ids, each once (a repeated id would count its relationships twice): every relationship to another
+# The neighbourhood of each row's entity ``e`` (which carries its ``activation`` along): every relationship to another
 # entity (both directions, self-loops excluded), the degree and heaviest weight over all of them, and the heaviest
 # ``$limit`` edges of the allowed types (``$types`` are relationship ``type`` properties, a parameter like every
 # value). OPTIONAL MATCH keeps the entities without relationships: traversal learns from them that a seed exists.
-_NEIGHBOURHOODS = f"""
-UNWIND $ids AS id
-MATCH (e:{ENTITY_LABEL} {{entity_id: id}})
+_NEIGHBOURHOOD_OF_E = f"""
 OPTIONAL MATCH (e)-[r]-(n:{ENTITY_LABEL})
 WHERE n <> e
-WITH e, r, n ORDER BY r.weight DESC, n.entity_id, r.relationship_id
-WITH e, count(r) AS degree, max(r.weight) AS heaviest,
+WITH e, activation, r, n ORDER BY r.weight DESC, n.entity_id, r.relationship_id
+WITH e, activation, count(r) AS degree, max(r.weight) AS heaviest,
      collect(CASE WHEN r IS NULL THEN NULL ELSE [n.entity_id, r.relationship_id, r.type, r.weight] END) AS edges
-WITH e, degree, heaviest, [x IN edges WHERE $types IS NULL OR x[2] IN $types] AS allowed
+WITH e, activation, degree, heaviest, [x IN edges WHERE $types IS NULL OR x[2] IN $types] AS allowed
+"""
+_RETURN_NEIGHBOURHOOD = """
 RETURN e.entity_id AS entity_id, degree, heaviest, size(allowed) AS total,
        CASE WHEN $limit IS NULL THEN allowed ELSE allowed[0..$limit] END AS edges
 """
+# For entity ids, each once (a repeated id would count its relationships twice).
+_NEIGHBOURHOODS = (
+    f"UNWIND $ids AS id MATCH (e:{ENTITY_LABEL} {{entity_id: id}}) WITH e, 0.0 AS activation"
+    + _NEIGHBOURHOOD_OF_E + _RETURN_NEIGHBOURHOOD
+)
+
+# One hop of spreading activation (``query.traversal``'s scoring) over the listed edges: the entities it reaches with
+# at least ``$floor``, each with its best activation, become the rows of the next neighbourhood read.
+_HOP_FROM_E = f"""
+UNWIND allowed[0..$limit] AS x
+WITH x[0] AS next_id, activation * $decay * (x[3] / heaviest) / (1.0 + log10(degree)) AS reach
+WHERE reach >= $floor
+WITH next_id, max(reach) AS activation
+MATCH (e:{ENTITY_LABEL} {{entity_id: next_id}})
+"""
+_SEEDS = f"UNWIND $seeds AS seed MATCH (e:{ENTITY_LABEL} {{entity_id: seed[0]}}) WITH e, seed[1] AS activation"
+
+
+def neighbourhoods_ahead_query(depth: int) -> str:
+    """The neighbourhoods of the seeds and of what ``depth`` hops reach, in one statement: branch k of the UNION
+    takes k hops before reading (the server repeats the seeds' hops per branch: cheaper than a round trip each)."""
+    return "\nUNION ALL\n".join(
+        _SEEDS + (_NEIGHBOURHOOD_OF_E + _HOP_FROM_E) * hops + _NEIGHBOURHOOD_OF_E + _RETURN_NEIGHBOURHOOD
+        for hops in range(int(depth) + 1)
+    )
+
+
+# Floating-point order differs between the server and Python: a reach this close under the bound is read too (a
+# neighbourhood read and not expanded costs nothing; one missed costs the walk a round trip).
+_FLOOR_SLACK = 1e-9
+
 
 # The relationships of given types touching given entities, found from the entities (indexed by id) rather than by
 # relationship id, which ArcadeDB answers by scanning every relationship of every type.
@@ -759,14 +790,30 @@ class Neo4jGraphStore:
         found: dict[str, Neighbourhood] = {}
         for batch in self._batches(_unique(entity_ids)):
             for record in self._query(_NEIGHBOURHOODS, ids=list(batch), types=types, limit=limit):
-                edges = tuple((edge[0], edge[1], float(edge[3])) for edge in record["edges"])
-                found[record["entity_id"]] = Neighbourhood(
-                    degree=int(record["degree"]),
-                    heaviest=float(record["heaviest"] or 0.0),
-                    edges=edges,
-                    complete=len(edges) == int(record["total"]),
-                )
+                found[record["entity_id"]] = self._neighbourhood(record)
         return found
+
+    def neighbourhoods_ahead(self, seeds: Mapping[str, float], plan: WalkPlan) -> dict[str, Neighbourhood]:
+        """The neighbourhoods a walk from ``seeds`` may expand (see ``GraphStore``), in one statement."""
+        if plan.limit < 0:
+            raise ValueError(f"limit must be >= 0, got {plan.limit}")
+        records = self._query(
+            neighbourhoods_ahead_query(max(plan.max_hops - 1, 0)),
+            seeds=[[seed, float(activation)] for seed, activation in seeds.items()],
+            types=None if plan.relationship_types is None else list(plan.relationship_types),
+            limit=plan.limit, decay=float(plan.decay), floor=plan.min_score * (1 - _FLOOR_SLACK),
+        )
+        return {record["entity_id"]: self._neighbourhood(record) for record in records}
+
+    @staticmethod
+    def _neighbourhood(record: dict[str, Any]) -> Neighbourhood:
+        edges = tuple((edge[0], edge[1], float(edge[3])) for edge in record["edges"])
+        return Neighbourhood(
+            degree=int(record["degree"]),
+            heaviest=float(record["heaviest"] or 0.0),
+            edges=edges,
+            complete=len(edges) == int(record["total"]),
+        )
 
     def close(self) -> None:
         self._driver.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -94,6 +94,18 @@ class Neighbourhood:
 
 
 @dataclass(frozen=True)
+class WalkPlan:
+    """What a walk will do, told to the store before it starts (``GraphStore.neighbourhoods_ahead``) so a server can
+    read, in one round trip, the neighbourhoods it is going to expand."""
+
+    relationship_types: tuple[str, ...] | None  # sorted; None: every type
+    max_hops: int
+    decay: float
+    min_score: float
+    limit: int  # edges listed per neighbourhood
+
+
+@dataclass(frozen=True)
 class TraversalHit:
     """An entity reached from the seeds: how far, by which path, with how much decayed activation."""
 
@@ -161,6 +173,15 @@ class GraphStore(Protocol):
         relationships included); unknown ids are absent. ``relationship_types`` filters ``edges`` (``None``: all
         types; unknown names match nothing), ``limit`` caps ``edges`` per entity (``None``: no cap; negative:
         ``ValueError``). Query-side traversal (``graphrag_pipeline.query.traversal``) calls it once per hop."""
+        ...
+
+    def neighbourhoods_ahead(self, seeds: Mapping[str, float], plan: WalkPlan) -> dict[str, Neighbourhood]:
+        """The seeds' neighbourhoods as ``neighbourhoods(seeds, plan.relationship_types, plan.limit)`` gives them,
+        and, where it saves round trips, the neighbourhoods of entities a walk from seeds of those activations may
+        expand: those within ``plan.max_hops - 1`` steps along listed edges whose best activation over such steps,
+        scored as ``query.traversal`` scores a hop, reaches ``plan.min_score``. Traversal reads whatever else it
+        expands hop by hop with ``neighbourhoods``, so a walk is the same over a store that returns only the seeds'
+        (an in-process one, for which a hop costs no round trip) and over one that reads ahead."""
         ...
 
     def relationships_of(
