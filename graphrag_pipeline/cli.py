@@ -8,9 +8,9 @@ import os
 import sys
 from typing import Any, Sequence
 
-from graphrag_pipeline.lib.errors import GraphRAGError
-from graphrag_pipeline.lib.progress import TerminalProgressBar
-from graphrag_pipeline.lib.query_options import FUSIONS, GRANULARITIES, MODES
+from graphrag_pipeline.lib.core.errors import GraphRAGError
+from graphrag_pipeline.lib.core.progress import TerminalProgressBar
+from graphrag_pipeline.lib.core.query_options import FUSIONS, GRANULARITIES, MODES
 
 
 def _print(payload: Any, as_json: bool, text: str) -> None:
@@ -147,7 +147,7 @@ def _progress_bar(args: argparse.Namespace) -> TerminalProgressBar | None:
 def _run(args: argparse.Namespace) -> int:
     if args.command == "eval":
         from graphrag_pipeline.evaluation import evaluate, format_table
-        from graphrag_pipeline.lib.config import load_settings
+        from graphrag_pipeline.lib.core.config import load_settings
 
         bar = _progress_bar(args)
         try:
@@ -199,7 +199,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _server_settings(args: argparse.Namespace):
     """The settings, the server section with the command line's host and port, and the key ring (refused empty)."""
-    from graphrag_pipeline.lib.config import load_settings
+    from graphrag_pipeline.lib.core.config import load_settings
     from graphrag_pipeline.server.auth import KeyRing
 
     overrides = {"index_dir": args.index_dir} if args.index_dir else {}
@@ -261,10 +261,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from graphrag_pipeline.lib.config import load_settings
+    from graphrag_pipeline.lib.core.config import load_settings
     from graphrag_pipeline.lib.sources.registry import check_local_paths
     from graphrag_pipeline.lib.stages import build_everything
-    from graphrag_pipeline.lib.workspace import Workspace
+    from graphrag_pipeline.lib.compose.workspace import Workspace
 
     overrides = {"index_dir": args.index_dir} if args.index_dir else {}
     settings = load_settings(args.config, **overrides)
@@ -284,9 +284,9 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _export_or_import(args: argparse.Namespace) -> int:
-    from graphrag_pipeline.lib.config import load_settings
-    from graphrag_pipeline.lib.parquet_io import export_index, import_index
-    from graphrag_pipeline.lib.workspace import Workspace
+    from graphrag_pipeline.lib.core.config import load_settings
+    from graphrag_pipeline.lib.index.parquet_io import export_index, import_index
+    from graphrag_pipeline.lib.compose.workspace import Workspace
 
     if args.command == "export" and not args.everything:
         raise ValueError("an export holds every document's text, restricted ones included, unfiltered by access "
@@ -310,9 +310,9 @@ def _repair(args: argparse.Namespace) -> int:
     """Set damaged SQLite files aside (under the build lock, so no build is writing them). The next build re-derives
     them: a new state from the sources (and, through reconciliation, the graph and vectors from it), a new graph
     from the state; the LLM caches start empty."""
-    from graphrag_pipeline.lib import backends
-    from graphrag_pipeline.lib.config import load_settings
-    from graphrag_pipeline.lib.state import build_lock
+    from graphrag_pipeline.lib.compose import backends
+    from graphrag_pipeline.lib.core.config import load_settings
+    from graphrag_pipeline.lib.stores.state.sqlite import build_lock
     from graphrag_pipeline.lib.stores.sqlite_files import integrity_problem, set_aside
 
     settings = load_settings(args.config, **({"index_dir": args.index_dir} if args.index_dir else {}))

@@ -7,7 +7,7 @@ from dagster import Definitions, in_process_executor, load_from_defs_folder
 
 from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.defs.settings import DEFINITION_SETTINGS, STORE_KINDS
-from graphrag_pipeline.lib.backends import store_kinds
+from graphrag_pipeline.lib.compose.backends import store_kinds
 
 
 def definitions_with(graphrag: GraphRAGResource) -> Definitions:

@@ -167,7 +167,7 @@ def test_reader_access_rules():
 
 
 def test_a_folders_configured_groups_restrict_its_files_and_changing_them_reingests(tmp_path):
-    from graphrag_pipeline.lib.config import FolderSource
+    from graphrag_pipeline.lib.core.config import FolderSource
     from graphrag_pipeline.lib.sources.registry import read_source, scan_hashes
 
     (tmp_path / "runbook.md").write_text("# Runbook\n\nRestart vault-gateway.\n")
@@ -295,10 +295,10 @@ def test_a_deleted_restricted_document_is_hidden_from_everyone_from_the_moment_i
     """Only raw_documents has run since the restricted files went (a crash right after it, or the Dagster runs in
     between): what the later stages derived from them is still in the index, and nobody sees it — not the public,
     not the group (the documents are gone). The full build that follows leaves no withdrawn mark behind."""
-    from graphrag_pipeline.lib.config import load_settings
+    from graphrag_pipeline.lib.core.config import load_settings
     from graphrag_pipeline.lib.stages import all_shards, stage
-    from graphrag_pipeline.lib.state import WITHDRAWN_GROUP
-    from graphrag_pipeline.lib.workspace import Workspace
+    from graphrag_pipeline.lib.stores.state.sql import WITHDRAWN_GROUP
+    from graphrag_pipeline.lib.compose.workspace import Workspace
 
     from .conftest import build
 
@@ -335,7 +335,7 @@ def test_a_callers_ranking_is_the_ranking_of_an_index_without_the_documents_it_m
     """LAUNCH alone says checkout-service depends on ledger-db, and only the vault page names vault-gateway: for a
     caller without the group, no signal may come from them, in any mode. The control index is built without the
     restricted files; the order of the results and which of them have a graph or relation signal must agree."""
-    from graphrag_pipeline.lib.config import load_settings
+    from graphrag_pipeline.lib.core.config import load_settings
 
     from .conftest import build
 
@@ -362,7 +362,7 @@ def test_a_callers_ranking_is_the_ranking_of_an_index_without_the_documents_it_m
 def test_a_deleted_documents_text_is_not_left_in_the_sqlite_files(tmp_path):
     """`strings state.sqlite` found a deleted restricted document's sentences in free pages; now they are
     overwritten (SQLite's secure_delete), in the state and in the embedded graph."""
-    from graphrag_pipeline.lib.config import load_settings
+    from graphrag_pipeline.lib.core.config import load_settings
 
     from .conftest import build
 
@@ -382,7 +382,7 @@ def test_a_deleted_documents_payload_is_not_left_in_the_published_vector_segment
     """`strings` found a deleted restricted document's id in the published vector segments: Qdrant Edge
     marks a deleted point and leaves its payload (the document id) in the segment until an optimizer merges it. A publish after a
     delete writes the collection anew from its live points."""
-    from graphrag_pipeline.lib.config import load_settings
+    from graphrag_pipeline.lib.core.config import load_settings
 
     from .conftest import build
 
@@ -404,8 +404,9 @@ def test_a_deleted_documents_payload_is_not_left_in_the_published_vector_segment
 def test_the_embedding_cache_forgets_the_vectors_of_deleted_and_edited_passages(tmp_path):
     """The cache kept the vector of every text it was ever given, a deleted restricted passage's too. After chunks
     go, the last corpus-wide stage cuts it back to the current chunks' texts; a build that removed none leaves it."""
-    from graphrag_pipeline.lib.config import load_settings
-    from graphrag_pipeline.lib.state import CHUNKS_REMOVED_MARK, StateStore
+    from graphrag_pipeline.lib.core.config import load_settings
+    from graphrag_pipeline.lib.stores.state.sql import CHUNKS_REMOVED_MARK
+    from graphrag_pipeline.lib.stores.state.sqlite import SQLiteStateStore
 
     from .conftest import build
 
@@ -414,7 +415,7 @@ def test_the_embedding_cache_forgets_the_vectors_of_deleted_and_edited_passages(
     build(settings)
 
     def cached_hashes() -> set[str]:
-        state = StateStore(Path(settings.index_dir) / "state.sqlite")
+        state = SQLiteStateStore(Path(settings.index_dir) / "state.sqlite")
         try:
             assert state.stage_mark(CHUNKS_REMOVED_MARK) is None  # every build ends with the cache cut back
             return {h for (h,) in state.query("SELECT text_hash FROM embedding_cache")}

@@ -13,11 +13,11 @@ from graphrag_pipeline.defs.automation.schedules import daily_refresh
 from graphrag_pipeline.defs.automation.sensors import sensor_of
 from graphrag_pipeline.defs.partitions import SHARD_COUNT, SHARDS, shard_key, shard_of_key
 from graphrag_pipeline.defs.resources import GraphRAGResource
-from graphrag_pipeline.lib.changes import shard_fingerprints, source_hashes
-from graphrag_pipeline.lib.config import load_settings
-from graphrag_pipeline.lib.ids import stable_shard
+from graphrag_pipeline.lib.index.changes import shard_fingerprints, source_hashes
+from graphrag_pipeline.lib.core.config import load_settings
+from graphrag_pipeline.lib.core.ids import stable_shard
 from graphrag_pipeline.lib.stages import all_shards, ingest_documents
-from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.lib.compose.workspace import Workspace
 
 from .conftest import FIXTURES
 

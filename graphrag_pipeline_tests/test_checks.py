@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import yaml
 
-from graphrag_pipeline.lib import checks
-from graphrag_pipeline.lib.models import Quarantined, VectorPoint
+from graphrag_pipeline.lib.index import checks
+from graphrag_pipeline.lib.core.models import Quarantined, VectorPoint
 from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorStore
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES
-from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.lib.compose.workspace import Workspace
 
 from .conftest import FIXTURES, build, folder_settings
 

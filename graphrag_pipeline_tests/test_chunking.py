@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from graphrag_pipeline.lib.chunking import HuggingFaceTokenizer, Tokenizer, WordTokenizer, chunk_document
-from graphrag_pipeline.lib.config import ChunkingConfig, EmbedderConfig, FolderSource
-from graphrag_pipeline.lib.embedders import bundled_model_path
-from graphrag_pipeline.lib.ids import content_hash
-from graphrag_pipeline.lib.models import Chunk, Document
-from graphrag_pipeline.lib.numpy_encoder import NumpyEmbedder
+from graphrag_pipeline.lib.algorithms.chunking import HuggingFaceTokenizer, Tokenizer, WordTokenizer, chunk_document
+from graphrag_pipeline.lib.core.config import ChunkingConfig, EmbedderConfig, FolderSource
+from graphrag_pipeline.lib.embed.embedders import bundled_model_path
+from graphrag_pipeline.lib.core.ids import content_hash
+from graphrag_pipeline.lib.core.models import Chunk, Document
+from graphrag_pipeline.lib.embed.numpy_encoder import NumpyEmbedder
 from graphrag_pipeline.lib.sources.folder import read_folder
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from graphrag_pipeline.lib.communities import (
+from graphrag_pipeline.lib.algorithms.communities import (
     community_content_hash,
     community_id,
     detect_communities,
@@ -12,10 +12,10 @@ from graphrag_pipeline.lib.communities import (
     summarize_community_extractively,
     update_communities,
 )
-from graphrag_pipeline.lib.config import load_settings
-from graphrag_pipeline.lib.models import Community, Entity, Relationship
+from graphrag_pipeline.lib.core.config import load_settings
+from graphrag_pipeline.lib.core.models import Community, Entity, Relationship
 from graphrag_pipeline.lib.stages.communities import community_from_payload
-from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.lib.compose.workspace import Workspace
 
 
 def clique(prefix: str, size: int, weight: float = 1.0) -> list[tuple[str, str, float]]:

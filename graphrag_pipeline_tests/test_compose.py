@@ -23,8 +23,8 @@ from dagster_postgres import DagsterPostgresStorage
 from dagster_postgres.utils import pg_url_from_config
 from sqlalchemy.engine import make_url
 
-from graphrag_pipeline.lib.config import ConfluenceSource, LLMConfig, load_settings
-from graphrag_pipeline.lib.embedders import OFFLINE_MODEL_PACKAGE
+from graphrag_pipeline.lib.core.config import ConfluenceSource, LLMConfig, load_settings
+from graphrag_pipeline.lib.embed.embedders import OFFLINE_MODEL_PACKAGE
 from graphrag_pipeline.lib.llm.clients import DEFAULT_OPENAI_BASE_URL, resolve_base_url
 from graphrag_pipeline.lib.sources.confluence import ConfluenceClient, ConfluenceError
 
@@ -403,8 +403,8 @@ def test_llm_and_confluence_settings_in_the_env_file_reach_the_dagster_container
 def test_the_scale_out_instance_launches_runs_in_containers_with_every_server_setting(tmp_path, monkeypatch):
     from dagster_docker import DockerRunLauncher
 
-    from graphrag_pipeline.lib.backends import DATABASE_URL
-    from graphrag_pipeline.lib.config import ENVIRONMENT_OVERRIDES, BackendsConfig
+    from graphrag_pipeline.lib.compose.backends import DATABASE_URL
+    from graphrag_pipeline.lib.core.config import ENVIRONMENT_OVERRIDES, BackendsConfig
 
     shutil.copyfile(DEPLOY / "dagster-scale-out.yaml", tmp_path / "dagster.yaml")
     config, custom_class = dagster_instance_config(str(tmp_path))  # Dagster's own instance schema

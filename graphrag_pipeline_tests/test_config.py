@@ -1,7 +1,7 @@
 import pytest
 from pydantic import ValidationError
 
-from graphrag_pipeline.lib.config import (
+from graphrag_pipeline.lib.core.config import (
     CatalogSource,
     ConfigError,
     ConfluenceSource,

@@ -1,7 +1,7 @@
 """Crash consistency: a build killed at any point and run again equals a from-scratch build of the same corpus.
 
 The kill points are every stage boundary and every crash point the stages pass inside their graph and vector writes
-(`lib/faults.py`), discovered by recording one build. For each, an index built from the base corpus is copied, the
+(`lib/core/faults.py`), discovered by recording one build. For each, an index built from the base corpus is copied, the
 corpus changes (a public document edited, one deleted, a restricted document added that names public entities and
 states facts only it knows), the build is stopped at the point and run again — once on the same corpus, once after the restricted
 document was deleted meanwhile — and the result is compared record by record with a fresh build of that corpus.
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from graphrag_pipeline.lib import faults
+from graphrag_pipeline.lib.core import faults
 from graphrag_pipeline.lib.stages import STAGES
-from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.lib.compose.workspace import Workspace
 
 from .cli_process import CLI, cli_env
 from .conftest import FIXTURES, folder_settings, offline_embedder

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from graphrag_pipeline.defs.automation.sensors import graphrag_automation_sensor
-from graphrag_pipeline.lib.config import load_settings
+from graphrag_pipeline.lib.core.config import load_settings
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.query import open_index
 from graphrag_pipeline_tests.confluence_server import ConfluenceServer

@@ -22,7 +22,7 @@ from graphrag_pipeline.defs.automation.schedules import daily_refresh
 from graphrag_pipeline.defs.automation.sensors import sensor_of
 from graphrag_pipeline.defs.partitions import SHARD_COUNT, shard_key, shard_of_key
 from graphrag_pipeline.defs.resources import GraphRAGResource
-from graphrag_pipeline.lib.ids import stable_shard
+from graphrag_pipeline.lib.core.ids import stable_shard
 from graphrag_pipeline.query import open_index
 
 from .conftest import FIXTURES

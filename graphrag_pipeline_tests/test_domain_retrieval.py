@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from graphrag_pipeline.lib.ids import entity_id, stable_shard
+from graphrag_pipeline.lib.core.ids import entity_id, stable_shard
 from graphrag_pipeline.lib.stages import build_everything
-from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.query import explore
 from graphrag_pipeline.query.linking import GENERIC_NAME_CONFIDENCE
 from graphrag_pipeline.query.retrievers import CATALOG_PAGE_FACTOR

@@ -9,7 +9,7 @@ import pkgutil
 from typing import get_args
 
 import graphrag_pipeline
-from graphrag_pipeline.lib.errors import ErrorKind, GraphRAGError
+from graphrag_pipeline.lib.core.errors import ErrorKind, GraphRAGError
 from graphrag_pipeline.server.app import STATUS_OF_KIND
 
 # the HTTP API's own vehicle for a status and message, not an error of the pipeline
@@ -36,7 +36,7 @@ def test_every_public_error_class_is_a_graphrag_error_of_a_known_kind():
 
 def test_every_kind_has_an_http_status_and_the_builtin_bases_stay():
     assert set(STATUS_OF_KIND) == set(get_args(ErrorKind))
-    from graphrag_pipeline.lib.config import ConfigError
+    from graphrag_pipeline.lib.core.config import ConfigError
     from graphrag_pipeline.lib.stores.sqlite_files import DamagedStoreError
     from graphrag_pipeline.query import IndexNotFoundError
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from graphrag_pipeline.lib.config import ExtractionConfig, PipelineSettings, default_config_data
-from graphrag_pipeline.lib import extraction as extraction_module
-from graphrag_pipeline.lib.extraction import (
+from graphrag_pipeline.lib.core.config import ExtractionConfig, PipelineSettings, default_config_data
+from graphrag_pipeline.lib.extract import offline as extraction_module
+from graphrag_pipeline.lib.extract.offline import (
     COOCCURRENCE_PREDICATE,
     TITLE_PREDICATE,
     OfflineExtractor,
@@ -20,8 +20,8 @@ from graphrag_pipeline.lib.extraction import (
     _Span,
     precomputed_extractions,
 )
-from graphrag_pipeline.lib.models import Chunk, ChunkExtraction
-from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.lib.core.models import Chunk, ChunkExtraction
+from graphrag_pipeline.lib.compose.workspace import Workspace
 
 MUSIQUE_TITLE = "Journal of Mathematical Physics"
 MUSIQUE_TEXT = (
@@ -508,8 +508,8 @@ def test_empty_blank_and_huge_chunks_do_not_crash(extractor: OfflineExtractor) -
 
 
 def test_hybrid_keeps_the_users_vocabulary_types_and_adds_what_only_the_model_found() -> None:
-    from graphrag_pipeline.lib.models import EntityMention, RelationMention
-    from graphrag_pipeline.lib.workspace import combine_extractions
+    from graphrag_pipeline.lib.core.models import EntityMention, RelationMention
+    from graphrag_pipeline.lib.compose.workspace import combine_extractions
 
     spotted = ChunkExtraction("c1", (
         EntityMention("payments-api", "Service", spotter="pattern"),

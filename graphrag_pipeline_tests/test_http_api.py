@@ -21,7 +21,7 @@ import pytest
 import uvicorn
 import yaml
 
-from graphrag_pipeline.lib.config import load_settings
+from graphrag_pipeline.lib.core.config import load_settings
 from graphrag_pipeline.query import open_index
 from graphrag_pipeline.server.app import create_app
 from graphrag_pipeline.server.auth import KeyRing, key_digest

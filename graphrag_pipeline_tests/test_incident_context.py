@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from graphrag_pipeline.lib.config import load_settings
+from graphrag_pipeline.lib.core.config import load_settings
 
 from .cli_process import run_cli
 from .test_retrieval_mechanisms import build_and_open_index, content_words, open_engine

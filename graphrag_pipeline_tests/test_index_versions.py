@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from graphrag_pipeline import cli
-from graphrag_pipeline.lib.config import PipelineSettings
+from graphrag_pipeline.lib.core.config import PipelineSettings
 from graphrag_pipeline.lib.stages import STAGES, all_shards, build_everything
-from graphrag_pipeline.lib.state import build_lock
-from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.lib.stores.state.sqlite import build_lock
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.query import IndexNotFoundError, IndexNotPublishedError, open_index
 
 from .conftest import folder_settings

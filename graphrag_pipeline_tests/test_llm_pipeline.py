@@ -16,8 +16,8 @@ from dagster import DagsterInstance
 from graphrag_pipeline.definitions import definitions_with
 from graphrag_pipeline.defs.partitions import SHARD_COUNT, shard_key
 from graphrag_pipeline.defs.resources import GraphRAGResource
-from graphrag_pipeline.lib.config import load_settings
-from graphrag_pipeline.lib.state import StateStore
+from graphrag_pipeline.lib.core.config import load_settings
+from graphrag_pipeline.lib.stores.state.sqlite import SQLiteStateStore
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.query import open_index
 from graphrag_pipeline_tests.llm.fake_llm_server import (
@@ -150,7 +150,7 @@ def test_faults_were_retried_and_bad_output_quarantined_without_losing_the_run(p
     extraction = first_run["extracted_elements"]
     assert extraction["llm_retries"] >= 3  # the 429, the 500 and the timeout
     settings = load_settings(project)
-    with StateStore(Path(settings.index_dir) / "state.sqlite", read_only=True) as state:
+    with SQLiteStateStore(Path(settings.index_dir) / "state.sqlite", read_only=True) as state:
         quarantined = state.quarantined("extraction")
         broken_chunks = {c.chunk_id for c in state.chunks() if "MALFORMED" in c.text}
         good_chunks = {c.chunk_id for c in state.chunks()} - broken_chunks
@@ -177,7 +177,7 @@ def test_metadata_shows_calls_cache_hits_tokens_and_cost_per_asset(first_run):
 
 def test_summaries_and_community_reports_come_from_the_model(project, first_run):
     settings = load_settings(project)
-    with StateStore(Path(settings.index_dir) / "state.sqlite", read_only=True) as state:
+    with SQLiteStateStore(Path(settings.index_dir) / "state.sqlite", read_only=True) as state:
         descriptions = [p["description"] for p in state.element_payloads("entity").values()]
         reports = list(state.community_summary_payloads().values())
     assert any(d.startswith("LLM summary of payments-api") for d in descriptions)
@@ -237,7 +237,7 @@ def test_a_model_server_that_answers_no_chunk_fails_the_run_instead_of_building_
 
 def test_hybrid_keeps_spotter_entities_while_the_model_is_down_and_adds_the_models_once_it_is_back(tmp_path):
     from graphrag_pipeline.lib.stages import extract_elements, summarize_elements
-    from graphrag_pipeline.lib.workspace import Workspace
+    from graphrag_pipeline.lib.compose.workspace import Workspace
     from graphrag_pipeline_tests.conftest import folder_settings
 
     corpus = tmp_path / "corpus"

@@ -16,7 +16,7 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from graphrag_pipeline.lib.config import load_settings
+from graphrag_pipeline.lib.core.config import load_settings
 from graphrag_pipeline.query import open_index
 from graphrag_pipeline.server.auth import key_digest
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from graphrag_pipeline.lib.config import Ontology, load_settings
-from graphrag_pipeline.lib.ids import is_plain_word, name_variants
-from graphrag_pipeline.lib.merge import resolve_catalog_names
-from graphrag_pipeline.lib.models import Entity
+from graphrag_pipeline.lib.core.config import Ontology, load_settings
+from graphrag_pipeline.lib.core.ids import is_plain_word, name_variants
+from graphrag_pipeline.lib.algorithms.merge import resolve_catalog_names
+from graphrag_pipeline.lib.core.models import Entity
 from graphrag_pipeline.query.intent import IntentReader
 from graphrag_pipeline.query.keyword import KeywordIndex, identifiers, terms
 from graphrag_pipeline.query.linking import GENERIC_NAME_CONFIDENCE, CorpusCase, NameIndex, NameLink, is_generic_word

@@ -110,7 +110,7 @@ def test_a_neo4j_user_asks_the_sample_catalog_with_the_official_driver(tmp_path,
     depends on, who owns it), and the lexical graph from an entity to the text that mentions it."""
     import neo4j
 
-    from graphrag_pipeline.lib.config import load_settings
+    from graphrag_pipeline.lib.core.config import load_settings
     from graphrag_pipeline_tests.contract.bolt_server import arcadedb_bolt_server
 
     bolt = arcadedb_bolt_server()

@@ -4,7 +4,7 @@ waiting); and the heartbeat of a step between its batches."""
 import io
 import threading
 
-from graphrag_pipeline.lib.progress import EveryFewSeconds, ProgressUpdate, StepProgress, TerminalProgressBar
+from graphrag_pipeline.lib.core.progress import EveryFewSeconds, ProgressUpdate, StepProgress, TerminalProgressBar
 
 
 class FakeTerminal(io.StringIO):

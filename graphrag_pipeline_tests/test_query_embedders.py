@@ -17,18 +17,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphrag_pipeline.lib.chunking import chunk_document
-from graphrag_pipeline.lib.config import EmbedderConfig, load_settings
-from graphrag_pipeline.lib.embedders import (
+from graphrag_pipeline.lib.algorithms.chunking import chunk_document
+from graphrag_pipeline.lib.core.config import EmbedderConfig, load_settings
+from graphrag_pipeline.lib.embed.embedders import (
     LocalEmbedder,
     ModelNotInstalledError,
     bundled_model_path,
     configured_embedder,
 )
-from graphrag_pipeline.lib.numpy_encoder import NumpyEmbedder
-from graphrag_pipeline.lib.ids import content_hash
-from graphrag_pipeline.lib.models import Document
-from graphrag_pipeline.lib.onnx_encoder import OnnxEmbedder
+from graphrag_pipeline.lib.embed.numpy_encoder import NumpyEmbedder
+from graphrag_pipeline.lib.core.ids import content_hash
+from graphrag_pipeline.lib.core.models import Document
+from graphrag_pipeline.lib.embed.onnx_encoder import OnnxEmbedder
 from graphrag_pipeline.query import open_index
 from graphrag_pipeline_tests.cli_process import cli_env
 from graphrag_pipeline_tests.conftest import SAMPLE_CORPUS
@@ -143,7 +143,7 @@ def test_builds_and_query_processes_get_onnx_unless_configured_and_other_archite
 
 _QUERY_PROCESS = """
 import json, sys
-from graphrag_pipeline.lib.config import PipelineSettings
+from graphrag_pipeline.lib.core.config import PipelineSettings
 from graphrag_pipeline.query import open_index
 settings = PipelineSettings.model_validate_json(sys.stdin.read())
 with open_index(settings=settings) as index:
@@ -198,8 +198,8 @@ def test_the_onnx_runtime_writes_nothing_outside_the_index(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     environment = {k: v for k, v in cli_env().items() if k != "ORT_DISABLE_TELEMETRY"}
-    embed = ("from graphrag_pipeline.lib.config import load_settings\n"
-             "from graphrag_pipeline.lib.embedders import configured_embedder\n"
+    embed = ("from graphrag_pipeline.lib.core.config import load_settings\n"
+             "from graphrag_pipeline.lib.embed.embedders import configured_embedder\n"
              "print(configured_embedder(load_settings(), query=True).embed(['payments-api']).shape)")
     process = subprocess.run([sys.executable, "-c", embed], cwd=tmp_path, env={**environment, "HOME": str(home)},
                              capture_output=True, text=True, timeout=300)

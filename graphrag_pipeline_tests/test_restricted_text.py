@@ -8,15 +8,15 @@ import dataclasses
 import json
 
 from graphrag_pipeline.defs.reporting import public_report
-from graphrag_pipeline.lib.merge import (
+from graphrag_pipeline.lib.algorithms.merge import (
     element_payload,
     entity_from_payload,
     merge_extractions,
     relationship_from_payload,
 )
-from graphrag_pipeline.lib.models import Chunk, Document
+from graphrag_pipeline.lib.core.models import Chunk, Document
 from graphrag_pipeline.lib.stages.report import StageReport
-from graphrag_pipeline.lib.state import StateStore
+from graphrag_pipeline.lib.stores.state.sqlite import SQLiteStateStore
 from graphrag_pipeline.query.access import ReaderAccess
 
 from .test_merge import ONTOLOGY, extraction
@@ -77,7 +77,7 @@ def test_text_written_from_every_part_or_of_unknown_provenance_is_shown_only_to_
 
 
 def test_run_metadata_names_only_documents_the_index_holds_without_groups(tmp_path):
-    state = StateStore(tmp_path / "state.sqlite")
+    state = SQLiteStateStore(tmp_path / "state.sqlite")
     documents = [
         Document("t:public.md", "t", "public.md", "Public", "x", "h1"),
         Document("t:secret.md", "t", "secret.md", "Secret plan", "y", "h2", {"access_groups": ["launch-team"]}),

@@ -29,17 +29,17 @@ from typing import Sequence
 import numpy as np
 import pytest
 
-from graphrag_pipeline.lib.chunking import WordTokenizer
-from graphrag_pipeline.lib.config import PipelineSettings
+from graphrag_pipeline.lib.algorithms.chunking import WordTokenizer
+from graphrag_pipeline.lib.core.config import PipelineSettings
 from graphrag_pipeline.query.fusion import cap_at_origin, rank, reciprocal_rank_fusion, weighted_fusion
-from graphrag_pipeline.lib.ids import entity_id, normalize_name
-from graphrag_pipeline.lib.models import Entity
+from graphrag_pipeline.lib.core.ids import entity_id, normalize_name
+from graphrag_pipeline.lib.core.models import Entity
 from graphrag_pipeline.lib.stages import build_everything
-from graphrag_pipeline.lib.state import StateStore
+from graphrag_pipeline.lib.stores.state.sqlite import SQLiteStateStore
 from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorReader
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.lib.stores.protocols import SCORE_TOLERANCE, Embedder, TraversalHit
-from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.query.engine import QueryEngine
 from graphrag_pipeline.query.retrievers import (
     ENTRY_KEYWORD_SHARE,
@@ -236,7 +236,7 @@ def open_engine(settings: PipelineSettings, vocabulary: set[str]) -> QueryEngine
     index = Path(settings.index_dir)
     return QueryEngine(
         settings,
-        state=StateStore(index / "state.sqlite", read_only=True),
+        state=SQLiteStateStore(index / "state.sqlite", read_only=True),
         graph_store=EmbeddedGraphStore(index / "graph.sqlite", read_only=True),
         vector_store=EdgeVectorReader(index / "vectors"),
         embedder=HashedEmbedder(vocabulary),
@@ -449,7 +449,7 @@ def test_entities_in_more_than_200_chunks_are_ignored_when_chunks_are_scored(tmp
                tuple(f"chunk-{name[0]}{i:03d}" for i in range(count)), ())
         for name, count in counts.items()
     ]
-    with EmbeddedGraphStore(tmp_path / "graph.sqlite") as graph, StateStore(tmp_path / "state.sqlite") as state:
+    with EmbeddedGraphStore(tmp_path / "graph.sqlite") as graph, SQLiteStateStore(tmp_path / "state.sqlite") as state:
         graph.upsert_entities(entities)
         graph.set_chunk_mentions({c: [e.entity_id] for e in entities for c in e.chunk_ids})
         index = IndexReader(engine.settings.retrieval, engine.settings.ontology, state=state, graph=graph,
@@ -467,7 +467,7 @@ def test_mention_counts_come_from_the_first_read_and_from_the_graph_for_entities
         return Entity(eid(name), name, normalize_name(name), "ORGANIZATION", "", count,
                       tuple(f"chunk-{name[0]}{i:03d}" for i in range(count)), ())
 
-    with EmbeddedGraphStore(tmp_path / "graph.sqlite") as graph, StateStore(tmp_path / "state.sqlite") as state:
+    with EmbeddedGraphStore(tmp_path / "graph.sqlite") as graph, SQLiteStateStore(tmp_path / "state.sqlite") as state:
         graph.upsert_entities([guild("Early Guild", 3)])
         index = IndexReader(engine.settings.retrieval, engine.settings.ontology, state=state, graph=graph,
                             vectors=engine.vectors)

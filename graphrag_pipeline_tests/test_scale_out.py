@@ -23,8 +23,8 @@ import pytest
 import yaml
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-from graphrag_pipeline.lib.config import ENVIRONMENT_OVERRIDES, load_settings
-from graphrag_pipeline.lib.ids import stable_shard
+from graphrag_pipeline.lib.core.config import ENVIRONMENT_OVERRIDES, load_settings
+from graphrag_pipeline.lib.core.ids import stable_shard
 from graphrag_pipeline_tests.cli_process import CHECKOUT
 from graphrag_pipeline_tests.conftest import FIXTURES, build
 from graphrag_pipeline_tests.index_snapshot import assert_same_index, index_snapshot

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from graphrag_pipeline.lib.stages import build_everything
-from graphrag_pipeline.lib.state import IndexBusyError, StateStore
+from graphrag_pipeline.lib.stores.state.sql import IndexBusyError
+from graphrag_pipeline.lib.stores.state.sqlite import SQLiteStateStore
 from graphrag_pipeline.lib.stores.sqlite_files import DamagedStoreError
-from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.lib.compose.workspace import Workspace
 
 from .conftest import FIXTURES, folder_settings, offline_embedder
 from .index_snapshot import assert_same_index, index_snapshot
@@ -125,8 +126,8 @@ def test_a_damaged_graph_file_is_named_with_its_fix(original, damaged):
 
 def test_two_processes_cannot_build_one_index_at_once(original, damaged):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from graphrag_pipeline.lib.state import StateStore; "
-         f"store = StateStore({str(Path(damaged.index_dir) / 'state.sqlite')!r}); print('holding', flush=True); "
+        [sys.executable, "-c", "import sys; from graphrag_pipeline.lib.stores.state.sqlite import SQLiteStateStore; "
+         f"store = SQLiteStateStore({str(Path(damaged.index_dir) / 'state.sqlite')!r}); print('holding', flush=True); "
          "sys.stdin.read()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -135,11 +136,11 @@ def test_two_processes_cannot_build_one_index_at_once(original, damaged):
         assert second.returncode == 2, second.stderr[-3000:]
         assert "another build is writing the index" in second.stderr and f"pid {holder.pid}" in second.stderr
         with pytest.raises(IndexBusyError):
-            StateStore(Path(damaged.index_dir) / "state.sqlite")
+            SQLiteStateStore(Path(damaged.index_dir) / "state.sqlite")
     finally:
         holder.send_signal(signal.SIGKILL)  # as a killed build: the operating system releases its lock
         holder.wait()
-    StateStore(Path(damaged.index_dir) / "state.sqlite").close()
+    SQLiteStateStore(Path(damaged.index_dir) / "state.sqlite").close()
 
 
 def test_the_index_comparison_sees_a_stale_relationship_weight_and_a_stale_vector_payload(original, damaged):
@@ -162,7 +163,7 @@ def test_two_whole_builds_cannot_run_at_once_on_postgresql_either(tmp_path, post
     build holds an advisory lock, and a second one (from any host) fails at once naming it."""
     import psycopg2
 
-    from graphrag_pipeline.lib.stores.postgres_state import WHOLE_BUILD_LOCK, advisory_key
+    from graphrag_pipeline.lib.stores.state.postgres import WHOLE_BUILD_LOCK, advisory_key
 
     from .cli_process import CLI, cli_env
     from .postgres import throwaway_database

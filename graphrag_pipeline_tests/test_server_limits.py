@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from graphrag_pipeline.lib.config import ServerConfig
+from graphrag_pipeline.lib.core.config import ServerConfig
 from graphrag_pipeline.server.limits import AnswerSlots, Busy, TimedOut, check_question
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from graphrag_pipeline.lib.config import EvalSetSource, FolderSource
-from graphrag_pipeline.lib.ids import content_hash
+from graphrag_pipeline.lib.core.config import EvalSetSource, FolderSource
+from graphrag_pipeline.lib.core.ids import content_hash
 from graphrag_pipeline.lib.sources.eval_set import read_eval_set
 from graphrag_pipeline.lib.sources.folder import read_folder, scan_folder_hashes
 from graphrag_pipeline.lib.sources.html_text import html_to_text

@@ -1,5 +1,5 @@
 """The one Dagster resource: where the pipeline's configuration is. Stores and models come from it through the
-backend factory (`lib/backends.py`) and the configured embedder, exactly as the CLI and the query module get theirs,
+backend factory (`lib/compose/backends.py`) and the configured embedder, exactly as the CLI and the query module get theirs,
 so the backend a deployment configures (file or GRAPH_BACKEND / VECTOR_BACKEND / NEO4J_* / QDRANT_*) is the one every
 process uses. Secrets stay in the environment: the settings name the variables, the stores read them when opened.
 """
@@ -10,9 +10,9 @@ from typing import Optional, Sequence
 
 from dagster import ConfigurableResource
 
-from graphrag_pipeline.lib.config import PipelineSettings, load_settings
-from graphrag_pipeline.lib.progress import ProgressListener
-from graphrag_pipeline.lib.workspace import Workspace, llm_usage
+from graphrag_pipeline.lib.core.config import PipelineSettings, load_settings
+from graphrag_pipeline.lib.core.progress import ProgressListener
+from graphrag_pipeline.lib.compose.workspace import Workspace, llm_usage
 
 
 class GraphRAGResource(ConfigurableResource):

@@ -4,8 +4,8 @@ configured stores — read once, when Dagster loads the definitions, from the sa
 configuration disagrees, instead of letting partitions and stores drift apart.
 """
 
-from graphrag_pipeline.lib.backends import store_kinds
-from graphrag_pipeline.lib.config import load_settings
+from graphrag_pipeline.lib.compose.backends import store_kinds
+from graphrag_pipeline.lib.core.config import load_settings
 
 DEFINITION_SETTINGS = load_settings()
 STORE_KINDS = store_kinds(DEFINITION_SETTINGS)

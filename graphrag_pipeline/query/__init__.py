@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from graphrag_pipeline.lib.config import PipelineSettings, load_settings
+from graphrag_pipeline.lib.core.config import PipelineSettings, load_settings
 from graphrag_pipeline.lib.stores.protocols import Embedder
 from graphrag_pipeline.query.context import IncidentContext
 from graphrag_pipeline.query.engine import QueryEngine
@@ -52,8 +52,8 @@ def open_index(
         settings = load_settings(config_path, **overrides)
     elif index_dir is not None:
         settings = settings.with_overrides(index_dir=str(index_dir))
-    from graphrag_pipeline.lib.backends import open_graph_store, open_state, open_vector_store, published_vector_version
-    from graphrag_pipeline.lib.embedders import configured_embedder
+    from graphrag_pipeline.lib.compose.backends import open_graph_store, open_state, open_vector_store, published_vector_version
+    from graphrag_pipeline.lib.embed.embedders import configured_embedder
 
     state = open_state(settings, read_only=True)
     if not state.exists():
@@ -114,7 +114,7 @@ def _prepare_in_background(embedder: Embedder) -> None:
     0.6 s with ONNX Runtime, much of it outside the GIL) and the index's name and chunk lookups (about 1 s of Python),
     and loading them side by side made a cold `graphrag-pipeline query` that much shorter. An HTTP embedder is left
     alone: it has nothing to load, and a call would cost a request."""
-    from graphrag_pipeline.lib.numpy_encoder import NumpyEmbedder
+    from graphrag_pipeline.lib.embed.numpy_encoder import NumpyEmbedder
 
     if not isinstance(embedder, NumpyEmbedder):
         return

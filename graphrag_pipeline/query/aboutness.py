@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Container, Iterable, Mapping
 from urllib.parse import unquote, urlsplit
 
-from graphrag_pipeline.lib.ids import normalize_name, subject_key, without_edge_words
+from graphrag_pipeline.lib.core.ids import normalize_name, subject_key, without_edge_words
 
 # The catalog edges whose target is a document: a runbook or a page, named by its URL or path.
 LINK_RELATIONSHIP_TYPES = frozenset({"HAS_RUNBOOK", "DOCUMENTED_IN"})

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from graphrag_pipeline.lib.models import Entity, Relationship
-from graphrag_pipeline.lib.state import WITHDRAWN_GROUP, StateStore
+from graphrag_pipeline.lib.core.models import Entity, Relationship
+from graphrag_pipeline.lib.stores.state.protocol import StateStore
+from graphrag_pipeline.lib.stores.state.sql import WITHDRAWN_GROUP
 
 
 def reader_access(state: StateStore, groups: Iterable[str]) -> "ReaderAccess":

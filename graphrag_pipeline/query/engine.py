@@ -19,11 +19,11 @@ from typing import TypeVar
 
 import numpy as np
 
-from graphrag_pipeline.lib.config import PipelineSettings
+from graphrag_pipeline.lib.core.config import PipelineSettings
 from graphrag_pipeline.query.fusion import rank
-from graphrag_pipeline.lib.merge import entity_from_payload, relationship_from_payload
-from graphrag_pipeline.lib.models import Entity, Relationship
-from graphrag_pipeline.lib.state import StateStore
+from graphrag_pipeline.lib.algorithms.merge import entity_from_payload, relationship_from_payload
+from graphrag_pipeline.lib.core.models import Entity, Relationship
+from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.lib.stores.protocols import Embedder, GraphStore, VectorStore
 from graphrag_pipeline.query.access import ReaderAccess, reader_access
 from graphrag_pipeline.query.context import ContextBuilder, IncidentContext, catalog_systems

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from graphrag_pipeline.lib.config import QUERY_SUBJECT, Ontology
+from graphrag_pipeline.lib.core.config import QUERY_SUBJECT, Ontology
 from graphrag_pipeline.query.linking import NameLink
 
 Direction = Literal["outgoing", "incoming"]

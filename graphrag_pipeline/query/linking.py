@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from wordfreq import zipf_frequency
 
-from graphrag_pipeline.lib.ids import is_plain_word, key_variants, normalize_name, without_edge_words
-from graphrag_pipeline.lib.models import Entity, EntityNames
+from graphrag_pipeline.lib.core.ids import is_plain_word, key_variants, normalize_name, without_edge_words
+from graphrag_pipeline.lib.core.models import Entity, EntityNames
 
 _TOKEN = re.compile(r"[\w][\w'’.\-/]*", re.UNICODE)
 _LETTERS = re.compile(r"[^\W\d_]+", re.UNICODE)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from graphrag_pipeline.lib.query_options import (  # noqa: F401  (the query module's names for them)
+from graphrag_pipeline.lib.core.query_options import (  # noqa: F401  (the query module's names for them)
     FUSIONS,
     GRANULARITIES,
     MAX_HOPS,

@@ -43,10 +43,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from graphrag_pipeline.lib.config import Ontology, RetrievalConfig
+from graphrag_pipeline.lib.core.config import Ontology, RetrievalConfig
 from graphrag_pipeline.query.fusion import cap_at_origin, normalize_by_max, rank, reciprocal_rank_fusion, weighted_fusion
-from graphrag_pipeline.lib.models import Chunk, Document, EntityNames, Relationship
-from graphrag_pipeline.lib.state import StateStore
+from graphrag_pipeline.lib.core.models import Chunk, Document, EntityNames, Relationship
+from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES, GraphStore, TraversalHit, VectorStore
 from graphrag_pipeline.lib.sources.catalog import RECORD_KEY as CATALOG_RECORD_KEY
 from graphrag_pipeline.query.aboutness import LINK_RELATIONSHIP_TYPES, Aboutness

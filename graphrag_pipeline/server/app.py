@@ -24,8 +24,8 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from graphrag_pipeline.lib.config import PipelineSettings
-from graphrag_pipeline.lib.errors import ErrorKind, GraphRAGError
+from graphrag_pipeline.lib.core.config import PipelineSettings
+from graphrag_pipeline.lib.core.errors import ErrorKind, GraphRAGError
 from graphrag_pipeline.query import IncidentContext, OpenIndex, QueryResponse
 from graphrag_pipeline.query.explore import (
     ENTITY_ORDERS,
@@ -34,7 +34,7 @@ from graphrag_pipeline.query.explore import (
     list_entities,
     list_relationships,
 )
-from graphrag_pipeline.lib.query_options import MAX_HOPS, MAX_TOP_K, Fusion, Granularity, Mode
+from graphrag_pipeline.lib.core.query_options import MAX_HOPS, MAX_TOP_K, Fusion, Granularity, Mode
 from graphrag_pipeline.server.auth import Caller, KeyRing
 from graphrag_pipeline.server.limits import AnswerSlots, Busy, TimedOut, check_question
 

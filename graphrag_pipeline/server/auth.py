@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import TypeAdapter, ValidationError
 
-from graphrag_pipeline.lib.config import ApiKey, ServerConfig
+from graphrag_pipeline.lib.core.config import ApiKey, ServerConfig
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from graphrag_pipeline.lib.config import ServerConfig
-from graphrag_pipeline.lib.errors import GraphRAGError
+from graphrag_pipeline.lib.core.config import ServerConfig
+from graphrag_pipeline.lib.core.errors import GraphRAGError
 
 T = TypeVar("T")
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from graphrag_pipeline.lib.ids import entity_id, relationship_id
-from graphrag_pipeline.lib.models import Entity, Relationship
+from graphrag_pipeline.lib.core.ids import entity_id, relationship_id
+from graphrag_pipeline.lib.core.models import Entity, Relationship
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.query.traversal import spread_activation
 

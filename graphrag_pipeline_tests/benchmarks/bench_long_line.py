@@ -14,11 +14,11 @@ import argparse
 import resource
 import time
 
-from graphrag_pipeline.lib.chunking import Tokenizer, WordTokenizer, chunk_document
-from graphrag_pipeline.lib.config import EmbedderConfig
-from graphrag_pipeline.lib.embedders import bundled_model_path
-from graphrag_pipeline.lib.models import Document
-from graphrag_pipeline.lib.numpy_encoder import NumpyEmbedder
+from graphrag_pipeline.lib.algorithms.chunking import Tokenizer, WordTokenizer, chunk_document
+from graphrag_pipeline.lib.core.config import EmbedderConfig
+from graphrag_pipeline.lib.embed.embedders import bundled_model_path
+from graphrag_pipeline.lib.core.models import Document
+from graphrag_pipeline.lib.embed.numpy_encoder import NumpyEmbedder
 
 
 def peak_rss_mb() -> float:

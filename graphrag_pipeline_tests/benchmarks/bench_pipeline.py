@@ -27,8 +27,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from graphrag_pipeline.evaluation import eval_settings, load_questions, source_name_for
-from graphrag_pipeline.lib.config import load_settings
-from graphrag_pipeline.lib.embedders import configured_embedder
+from graphrag_pipeline.lib.core.config import load_settings
+from graphrag_pipeline.lib.embed.embedders import configured_embedder
 from graphrag_pipeline.lib.stages import (
     StageReport,
     all_shards,
@@ -43,7 +43,7 @@ from graphrag_pipeline.lib.stages import (
 )
 from graphrag_pipeline.lib.stages.embeddings import chunk_embedding_text
 from graphrag_pipeline.lib.stores.protocols import Embedder
-from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.query import MODES, open_index
 
 

@@ -25,7 +25,7 @@ import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from graphrag_pipeline.evaluation import eval_settings, load_questions, source_name_for  # noqa: E402
-from graphrag_pipeline.lib.workspace import Workspace  # noqa: E402
+from graphrag_pipeline.lib.compose.workspace import Workspace  # noqa: E402
 from graphrag_pipeline_tests.benchmarks.bench_pipeline import build_index, du, measure_queries  # noqa: E402
 
 

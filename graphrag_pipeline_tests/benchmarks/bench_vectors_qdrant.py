@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphrag_pipeline.lib.models import VectorPoint
+from graphrag_pipeline.lib.core.models import VectorPoint
 from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorReader, EdgeVectorStore
 from graphrag_pipeline.lib.stores.qdrant_vectors import QdrantVectorStore
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from graphrag_pipeline.lib.models import Entity, EntityNames, Relationship
+from graphrag_pipeline.lib.core.models import Entity, EntityNames, Relationship
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.lib.stores.protocols import GraphStore, Neighbourhood, TraversalHit, WalkPlan
 from graphrag_pipeline.query.traversal import spread_activation

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from graphrag_pipeline.lib.config import Ontology
-from graphrag_pipeline.lib.models import Entity, Relationship
+from graphrag_pipeline.lib.core.config import Ontology
+from graphrag_pipeline.lib.core.models import Entity, Relationship
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.lib.stores.neo4j_graph import Neo4jGraphStore, checked_identifier
 from graphrag_pipeline.query.traversal import spread_activation
@@ -334,7 +334,7 @@ def test_query_module_returns_the_same_results_on_both_backends(
 ) -> None:
     """A built index answered with its embedded graph and with the same graph written to the Bolt store."""
     monkeypatch.setenv("GRAPH_BACKEND", "embedded")  # the reference engine reads the index's own graph
-    from graphrag_pipeline.lib.backends import open_graph_store
+    from graphrag_pipeline.lib.compose.backends import open_graph_store
     from graphrag_pipeline.query import open_index
     from graphrag_pipeline.query.engine import QueryEngine
 
@@ -371,7 +371,7 @@ def test_query_module_returns_the_same_results_on_both_backends(
 def test_the_lexical_graph_leads_from_entities_to_text_and_goes_with_its_chunks(open_store) -> None:
     """Neo4j users know (:Document)<-[:PART_OF]-(:Chunk {text})-[:MENTIONS]->(:Entity) from neo4j-graphrag; chunk
     nodes carried only an id, so nothing led from the graph to text."""
-    from graphrag_pipeline.lib.models import ChunkText
+    from graphrag_pipeline.lib.core.models import ChunkText
 
     store = open_store(ontology=ONTOLOGY)
     store.upsert_entities([entity("ada", type_="PERSON"), entity("api", type_="Service")])

@@ -1,6 +1,6 @@
-"""Contract of the state store (lib/stores/state_protocol.py): every implementation passes the same tests.
+"""Contract of the state store (lib/stores/state/protocol.py): every implementation passes the same tests.
 
-Implementations: SQLite (lib/state.py) and PostgreSQL (lib/stores/postgres_state.py, on the tests' server:
+Implementations: SQLite (lib/stores/state/sqlite.py) and PostgreSQL (lib/stores/state/postgres.py, on the tests' server:
 graphrag_pipeline_tests/postgres.py, a database per test).
 """
 
@@ -18,38 +18,38 @@ from typing import Any, Protocol
 import numpy as np
 import pytest
 
-from graphrag_pipeline.lib import backends
-from graphrag_pipeline.lib.config import ENVIRONMENT_OVERRIDES, load_settings
-from graphrag_pipeline.lib.ids import content_hash, short_hash
-from graphrag_pipeline.lib.models import Chunk, ChunkExtraction, Document, EntityMention, Quarantined
-from graphrag_pipeline.lib.state import (
+from graphrag_pipeline.lib.compose import backends
+from graphrag_pipeline.lib.core.config import ENVIRONMENT_OVERRIDES, load_settings
+from graphrag_pipeline.lib.core.ids import content_hash, short_hash
+from graphrag_pipeline.lib.core.models import Chunk, ChunkExtraction, Document, EntityMention, Quarantined
+from graphrag_pipeline.lib.stores.state.protocol import StateStore
+from graphrag_pipeline.lib.stores.state.postgres import PostgresStateStore
+from graphrag_pipeline.lib.stores.state.sql import (
     CAUGHT_UP_MARK,
     SCHEMA_VERSION,
     SOURCES_CHANGED_MARK,
     UNSYNCED,
     WITHDRAWN_GROUP,
     SchemaVersionError,
-    StateStore,
     extraction_to_json,
     pack_payload,
     payload_digest,
     unpack_payload,
 )
-from graphrag_pipeline.lib.stores.postgres_state import PostgresStateStore
-from graphrag_pipeline.lib.stores.state_protocol import StateStoreProtocol
+from graphrag_pipeline.lib.stores.state.sqlite import SQLiteStateStore
 from graphrag_pipeline_tests.postgres import throwaway_database
 
 
 class OpenState(Protocol):
     """Opens the same index again on each call."""
 
-    def __call__(self, *, read_only: bool = False) -> StateStoreProtocol: ...
+    def __call__(self, *, read_only: bool = False) -> StateStore: ...
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.server)])
 def open_state(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenState]:
     if request.param == "sqlite":
-        yield lambda read_only=False: StateStore(tmp_path / "state.sqlite", read_only=read_only)
+        yield lambda read_only=False: SQLiteStateStore(tmp_path / "state.sqlite", read_only=read_only)
         return
     server = request.getfixturevalue("postgres_server")
     with throwaway_database(server) as database:
@@ -58,7 +58,7 @@ def open_state(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenS
 
 
 @pytest.fixture
-def state(open_state: OpenState) -> Iterator[StateStoreProtocol]:
+def state(open_state: OpenState) -> Iterator[StateStore]:
     store = open_state()
     yield store
     store.close()
@@ -77,8 +77,8 @@ def _chunks(doc: Document, count: int) -> list[Chunk]:
 EVERY_VERSION = [(version,) for version in range(1, SCHEMA_VERSION + 1)]  # a new index records each migration once
 
 
-def test_implements_the_protocol(state: StateStoreProtocol) -> None:
-    assert isinstance(state, StateStoreProtocol)
+def test_implements_the_protocol(state: StateStore) -> None:
+    assert isinstance(state, StateStore)
 
 
 def test_schema_version_recorded_once_across_reopens(open_state: OpenState) -> None:
@@ -125,7 +125,7 @@ def test_an_index_of_version_1_is_migrated_and_its_json_payloads_read_next_to_co
 
 
 def test_payloads_compressed_before_version_4_are_read_next_to_those_with_the_dictionary(
-    state: StateStoreProtocol,
+    state: StateStore,
 ) -> None:
     earlier = {"chunk_ids": ["chunk-1"], "description": "A film."}
     with state.transaction() as conn:  # version 3 compressed without a preset dictionary
@@ -167,7 +167,7 @@ def test_a_payload_costs_little_more_than_its_values() -> None:
 
 def test_bookkeeping_of_a_version_3_index_moves_into_key_only_tables(tmp_path: Path) -> None:
     """SQLite: version 4 rebuilds the bookkeeping tables WITHOUT ROWID, keeping their rows and the shard index."""
-    store = StateStore(tmp_path / "state.sqlite")
+    store = SQLiteStateStore(tmp_path / "state.sqlite")
     store.record_indexed_points("chunks", {"c1": (3, "key-1"), "c2": (4, "key-2")}, [])
     store.record_synced("entity", {"e1": "h1"}, [])
     with store.transaction() as conn:  # back to version 3's layout: tables with rowids
@@ -181,7 +181,7 @@ def test_bookkeeping_of_a_version_3_index_moves_into_key_only_tables(tmp_path: P
         conn.execute("DELETE FROM schema_version WHERE version = 4")
     store.close()
 
-    store = StateStore(tmp_path / "state.sqlite")
+    store = SQLiteStateStore(tmp_path / "state.sqlite")
     assert store.query("SELECT version FROM schema_version ORDER BY version") == EVERY_VERSION
     definitions = dict(store.query("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
     assert all(definitions[t].endswith("WITHOUT ROWID") for t in ("indexed_points", "synced", "merged_extractions"))
@@ -205,7 +205,7 @@ def test_index_of_a_newer_schema_is_refused(open_state: OpenState) -> None:
     reopened_for_reading.close()
 
 
-def test_documents_round_trip_with_access_groups(state: StateStoreProtocol) -> None:
+def test_documents_round_trip_with_access_groups(state: StateStore) -> None:
     public, restricted = _document("a", "alpha"), _document("b", "beta", ["ops", "sre"])
     state.upsert_documents([public, restricted], {"a": 0, "b": 1})
     assert state.document_hashes() == {"a": "hash-alpha", "b": "hash-beta"}
@@ -219,7 +219,7 @@ def test_documents_round_trip_with_access_groups(state: StateStoreProtocol) -> N
     assert state.restricted_documents() == {}
 
 
-def test_a_deleted_document_is_withdrawn_from_everyone_until_its_marks_are_forgotten(state: StateStoreProtocol) -> None:
+def test_a_deleted_document_is_withdrawn_from_everyone_until_its_marks_are_forgotten(state: StateStore) -> None:
     state.upsert_documents([_document("a", "alpha"), _document("b", "beta", ["sre"])], {"a": 0, "b": 1})
     state.delete_documents(["a", "b"])
     # What was derived from them may still be in the index: readable by nobody, public or not.
@@ -232,7 +232,7 @@ def test_a_deleted_document_is_withdrawn_from_everyone_until_its_marks_are_forgo
 
 
 def test_recorded_source_changes_leave_the_state_behind_its_sources_until_a_build_catches_up(
-        state: StateStoreProtocol) -> None:
+        state: StateStore) -> None:
     assert not state.behind_sources()  # a new index
     state.upsert_documents([_document("a", "alpha")], {"a": 0})
     assert state.behind_sources()
@@ -242,7 +242,7 @@ def test_recorded_source_changes_leave_the_state_behind_its_sources_until_a_buil
     assert state.behind_sources()
 
 
-def test_chunks_replace_and_changed_content_rechunks(state: StateStoreProtocol) -> None:
+def test_chunks_replace_and_changed_content_rechunks(state: StateStore) -> None:
     doc = _document("a", "alpha")
     state.upsert_documents([doc], {"a": 3})
     assert state.documents_to_chunk([3], "k1") == [doc]
@@ -263,7 +263,7 @@ def test_chunks_replace_and_changed_content_rechunks(state: StateStoreProtocol) 
     assert (state.document_count(), state.chunk_count()) == (0, 0)
 
 
-def test_chunk_and_document_join_used_by_the_query_module(state: StateStoreProtocol) -> None:
+def test_chunk_and_document_join_used_by_the_query_module(state: StateStore) -> None:
     doc = _document("a", "alpha")
     state.upsert_documents([doc], {"a": 0})
     state.replace_chunks(doc, 0, _chunks(doc, 2), "k")
@@ -273,7 +273,7 @@ def test_chunk_and_document_join_used_by_the_query_module(state: StateStoreProto
     assert rows == [("a#0", "Title of a", "alpha part 0"), ("a#1", "Title of a", "alpha part 1")]
 
 
-def test_embedding_cache(state: StateStoreProtocol) -> None:
+def test_embedding_cache(state: StateStore) -> None:
     vector = np.array([0.6, 0.8, 0.0], dtype=np.float32)
     assert state.cached_embedding_dimension("model") is None
     state.cache_embeddings("model", {"h1": vector})
@@ -288,7 +288,7 @@ def test_embedding_cache(state: StateStoreProtocol) -> None:
     assert state.cached_embeddings("old-model", ["h1"]) == {}
 
 
-def test_elements_and_sync_bookkeeping(state: StateStoreProtocol) -> None:
+def test_elements_and_sync_bookkeeping(state: StateStore) -> None:
     state.replace_elements("entity", {"e1": ("h1", '{"name": "one"}'), "e2": ("h2", '{"name": "two"}')}, [])
     state.replace_elements("entity", {"e2": ("h2b", '{"name": "two b"}')}, ["e1"])
     assert state.element_hashes("entity") == {"e2": "h2b"}
@@ -300,7 +300,7 @@ def test_elements_and_sync_bookkeeping(state: StateStoreProtocol) -> None:
         state.element_hashes("entity", table="documents; DROP TABLE chunks")
 
 
-def test_indexed_points_bookkeeping(state: StateStoreProtocol) -> None:
+def test_indexed_points_bookkeeping(state: StateStore) -> None:
     state.record_indexed_points("chunks", {"p1": (0, "h1"), "p2": (1, "h2")}, [])
     state.record_indexed_points("chunks", {}, ["p1"])
     assert state.indexed_points("chunks") == {"p2": "h2"}
@@ -308,7 +308,7 @@ def test_indexed_points_bookkeeping(state: StateStoreProtocol) -> None:
     assert (state.indexed_point_count("chunks"), state.indexed_point_count("entities")) == (1, 0)
 
 
-def test_quarantine_keeps_the_reason_until_cleared(state: StateStoreProtocol) -> None:
+def test_quarantine_keeps_the_reason_until_cleared(state: StateStore) -> None:
     state.quarantine([Quarantined("chunk", "a", "too large", "raw"), Quarantined("extract", "c1", "bad JSON")])
     assert state.quarantined("chunk") == [Quarantined("chunk", "a", "too large", "raw")]
     state.clear_quarantine("chunk", ["a"])
@@ -319,7 +319,7 @@ def _extraction(chunk_id: str, name: str) -> ChunkExtraction:
     return ChunkExtraction(chunk_id, (EntityMention(name, "service", "", chunk_id, "pattern"),), ())
 
 
-def test_extractions_of_a_family_stand_in_until_replaced(state: StateStoreProtocol) -> None:
+def test_extractions_of_a_family_stand_in_until_replaced(state: StateStore) -> None:
     doc = _document("a", "alpha")
     state.upsert_documents([doc], {"a": 0})
     state.replace_chunks(doc, 0, _chunks(doc, 2), "k")
@@ -335,7 +335,7 @@ def test_extractions_of_a_family_stand_in_until_replaced(state: StateStoreProtoc
     assert state.extractions(["a#0", "a#1"], "rules+v1") == {}
 
 
-def test_what_the_elements_were_merged_from(state: StateStoreProtocol) -> None:
+def test_what_the_elements_were_merged_from(state: StateStore) -> None:
     docs = [_document("b", "beta"), _document("a", "alpha")]
     state.upsert_documents(docs, {"a": 0, "b": 0})
     for doc in docs:
@@ -370,7 +370,7 @@ def test_what_the_elements_were_merged_from(state: StateStoreProtocol) -> None:
     assert state.stage_mark("element_summaries") is None
 
 
-def test_source_bookkeeping(state: StateStoreProtocol) -> None:
+def test_source_bookkeeping(state: StateStore) -> None:
     state.record_source_marks("wiki", {0: ("2026-01-01", "2026-02-01"), 1: ("2026-01-02", "2026-02-01")})
     state.record_source_marks("wiki", {0: ("2026-03-01", "2026-03-01")})
     assert state.source_marks("wiki", [0, 2]) == {0: ("2026-03-01", "2026-03-01")}
@@ -382,7 +382,7 @@ def test_source_bookkeeping(state: StateStoreProtocol) -> None:
     assert state.source_extractions(["wiki:a", "wiki:b"]) == {"wiki:a": {"entities": ["x"]}}
 
 
-def test_communities_and_summaries(state: StateStoreProtocol) -> None:
+def test_communities_and_summaries(state: StateStore) -> None:
     state.replace_communities({"c1": (0, '{"members": ["e1"]}'), "c2": (1, '{"members": ["e2"]}')})
     state.replace_communities({"c1": (0, '{"members": ["e1", "e3"]}')})
     assert state.community_payloads() == {"c1": {"members": ["e1", "e3"]}}
@@ -501,8 +501,8 @@ def test_processes_opening_one_empty_postgres_database_at_once_all_get_one_schem
 
 
 def test_a_read_only_store_takes_no_lock(tmp_path: Path) -> None:
-    StateStore(tmp_path / "state.sqlite").close()
-    reader = StateStore(tmp_path / "state.sqlite", read_only=True)
+    SQLiteStateStore(tmp_path / "state.sqlite").close()
+    reader = SQLiteStateStore(tmp_path / "state.sqlite", read_only=True)
     try:
         with pytest.raises(RuntimeError, match="read-only"):
             with reader.exclusive("corpus"):

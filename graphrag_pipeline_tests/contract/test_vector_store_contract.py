@@ -23,7 +23,7 @@ import pytest
 from qdrant_edge import Distance, EdgeConfig, EdgeShard, EdgeVectorParams
 
 import graphrag_pipeline
-from graphrag_pipeline.lib.models import VectorPoint
+from graphrag_pipeline.lib.core.models import VectorPoint
 from graphrag_pipeline.lib.stores.edge_vectors import (
     CollectionNotFoundError,
     EdgeVectorReader,
@@ -325,7 +325,7 @@ def test_writers_in_other_processes_take_turns_on_the_same_collection(tmp_path: 
     store.upsert("chunks", corpus())
     writer = """
         import sys, json
-        from graphrag_pipeline.lib.models import VectorPoint
+        from graphrag_pipeline.lib.core.models import VectorPoint
         from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorStore
         store = EdgeVectorStore(sys.argv[1])
         for i in range(20):
@@ -559,7 +559,7 @@ def test_new_shards_have_no_write_ahead_log_and_a_writer_killed_after_upsert_los
     assert json.loads((shard_dir / "edge_config.json").read_text())["vectors"][VECTOR_NAME]["datatype"] == "float16"
     killed_writer = """
         import json, os, sys
-        from graphrag_pipeline.lib.models import VectorPoint
+        from graphrag_pipeline.lib.core.models import VectorPoint
         from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorStore
         store = EdgeVectorStore(sys.argv[1])
         store.upsert("chunks", [VectorPoint(f"k-{i}", (1.0, i + 1.0, 0.0, 0.0), {"doc_ids": []}) for i in range(50)])

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from graphrag_pipeline.lib.config import LLMConfig
+from graphrag_pipeline.lib.core.config import LLMConfig
 
 OPENAI_CHAT = "/v1/chat/completions"
 OPENAI_EMBEDDINGS = "/v1/embeddings"

@@ -9,8 +9,8 @@ from email.utils import format_datetime
 import numpy as np
 import pytest
 
-from graphrag_pipeline.lib.config import EmbedderConfig, PriceSpec
-from graphrag_pipeline.lib.http import retry_after_seconds
+from graphrag_pipeline.lib.core.config import EmbedderConfig, PriceSpec
+from graphrag_pipeline.lib.core.http import retry_after_seconds
 from graphrag_pipeline.lib.llm import clients
 from graphrag_pipeline.lib.llm.clients import (
     CIRCUIT_BREAKER_COOLDOWN_SECONDS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from graphrag_pipeline.lib.config import PipelineSettings, default_config_data
+from graphrag_pipeline.lib.core.config import PipelineSettings, default_config_data
 
 
 def settings(**overrides) -> PipelineSettings:

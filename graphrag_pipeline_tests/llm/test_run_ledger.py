@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from graphrag_pipeline.lib.config import PriceSpec
+from graphrag_pipeline.lib.core.config import PriceSpec
 from graphrag_pipeline.lib.llm.accounting import BudgetExceeded, RunLedger, Usage
 
 PRICES = {"m": PriceSpec(prompt_per_million=1_000_000, completion_per_million=1_000_000)}  # $1 per token

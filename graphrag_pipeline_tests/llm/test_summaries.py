@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from graphrag_pipeline.lib.config import SummariesConfig
+from graphrag_pipeline.lib.core.config import SummariesConfig
 from graphrag_pipeline.lib.llm.clients import chat_client
 from graphrag_pipeline.lib.llm.runner import LLMRunner
 from graphrag_pipeline.lib.llm.summaries import (

@@ -8,9 +8,9 @@ import socket
 import pytest
 
 from graphrag_pipeline.lib.llm.clients import LLMError
-from graphrag_pipeline.lib.llm.extraction import ModelUnreachable
+from graphrag_pipeline.lib.extract.llm import ModelUnreachable
 from graphrag_pipeline.lib.stages import chunk_documents, embed_chunks, extract_elements, ingest_documents
-from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline_tests.conftest import folder_settings
 from graphrag_pipeline_tests.llm.fake_llm_server import OLLAMA_CHAT, Reply
 from graphrag_pipeline_tests.test_retrieval_mechanisms import HashedEmbedder

@@ -21,7 +21,7 @@ from graphrag_pipeline.defs.automation.conditions import CORPUS_WIDE_ASSETS, PER
 from graphrag_pipeline.defs.automation.jobs import refresh_corpus, refresh_shards
 from graphrag_pipeline.defs.automation.sensors import indexed_fingerprints, shard_run_requests
 from graphrag_pipeline.defs.resources import GraphRAGResource
-from graphrag_pipeline.lib.changes import shard_fingerprints, source_hashes
+from graphrag_pipeline.lib.index.changes import shard_fingerprints, source_hashes
 
 @schedule(job=refresh_shards, cron_schedule="0 3 * * *", default_status=DefaultScheduleStatus.RUNNING)
 def daily_refresh(context: ScheduleEvaluationContext, graphrag: GraphRAGResource):

@@ -23,8 +23,8 @@ from graphrag_pipeline.defs.automation.conditions import CORPUS_WIDE_ASSETS
 from graphrag_pipeline.defs.automation.jobs import refresh_shards
 from graphrag_pipeline.defs.partitions import shard_key
 from graphrag_pipeline.defs.resources import GraphRAGResource
-from graphrag_pipeline.lib.backends import open_state
-from graphrag_pipeline.lib.changes import changed_shards, of_sources, shard_fingerprints, source_hashes
+from graphrag_pipeline.lib.compose.backends import open_state
+from graphrag_pipeline.lib.index.changes import changed_shards, of_sources, shard_fingerprints, source_hashes
 from graphrag_pipeline.lib.sources.registry import READERS, poll_seconds
 
 def indexed_fingerprints(graphrag: GraphRAGResource, kind: str | None = None) -> dict[int, str]:

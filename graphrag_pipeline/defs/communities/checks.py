@@ -2,7 +2,7 @@ from dagster import AssetCheckResult, asset_check
 
 from graphrag_pipeline.defs.reporting import run_check
 from graphrag_pipeline.defs.resources import GraphRAGResource
-from graphrag_pipeline.lib.checks import communities_cover_graph
+from graphrag_pipeline.lib.index.checks import communities_cover_graph
 
 
 # Not blocking: a concurrent run over other shards adds entities between this run's communities and its check.

@@ -2,7 +2,7 @@ from dagster import AssetCheckResult, asset_check
 
 from graphrag_pipeline.defs.reporting import run_check
 from graphrag_pipeline.defs.resources import GraphRAGResource
-from graphrag_pipeline.lib.checks import community_vectors
+from graphrag_pipeline.lib.index.checks import community_vectors
 
 
 @asset_check(asset="community_summaries", description="Every community summary has a vector in the published "

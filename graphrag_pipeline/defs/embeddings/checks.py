@@ -2,7 +2,7 @@ from dagster import AssetCheckResult, asset_check
 
 from graphrag_pipeline.defs.reporting import run_check
 from graphrag_pipeline.defs.resources import GraphRAGResource
-from graphrag_pipeline.lib.checks import chunk_vectors
+from graphrag_pipeline.lib.index.checks import chunk_vectors
 
 
 @asset_check(asset="embeddings", description="Every chunk has a vector in the published `chunks` collection, and the "

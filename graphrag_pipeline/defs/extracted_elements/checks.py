@@ -2,7 +2,7 @@ from dagster import AssetCheckResult, asset_check
 
 from graphrag_pipeline.defs.reporting import run_check
 from graphrag_pipeline.defs.resources import GraphRAGResource
-from graphrag_pipeline.lib.checks import quarantine_share
+from graphrag_pipeline.lib.index.checks import quarantine_share
 
 
 @asset_check(asset="extracted_elements", description="The share of documents and chunks in quarantine stays below "

@@ -4,7 +4,7 @@ from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSpec
 
 from graphrag_pipeline.defs.reporting import check_result, run_check
 from graphrag_pipeline.defs.resources import GraphRAGResource
-from graphrag_pipeline.lib.checks import (
+from graphrag_pipeline.lib.index.checks import (
     GraphContents,
     elements_have_provenance,
     entity_vectors,

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from graphrag_pipeline.lib.config import PriceSpec
-from graphrag_pipeline.lib.errors import GraphRAGError
+from graphrag_pipeline.lib.core.config import PriceSpec
+from graphrag_pipeline.lib.core.errors import GraphRAGError
 
 CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text with GPT-style tokenizers
 

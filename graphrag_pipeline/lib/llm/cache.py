@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from graphrag_pipeline.lib.ids import content_hash
+from graphrag_pipeline.lib.core.ids import content_hash
 from graphrag_pipeline.lib.llm.clients import Completion
 
 _SCHEMA = """

@@ -8,7 +8,7 @@ Wire protocols:
 - Ollama: ``POST /api/chat`` (structured output as ``format: <schema>``) and ``POST /api/embed``; tokens from
   ``prompt_eval_count`` / ``eval_count``.
 
-Every request goes through ``JsonHttp``: at most ``concurrency`` requests in flight per client, a timeout, and retries (``lib/http.py``)
+Every request goes through ``JsonHttp``: at most ``concurrency`` requests in flight per client, a timeout, and retries (``lib/core/http.py``)
 on 429, 5xx, timeouts and connection errors with exponential backoff and full jitter (a server's ``Retry-After`` is
 waited out instead, capped at ``max_backoff_seconds`` so a server cannot park the pipeline for an hour). Other 4xx
 are the caller's mistake and fail at once. After ``CIRCUIT_BREAKER_THRESHOLD`` consecutive calls have failed for
@@ -41,10 +41,10 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import httpx
 import numpy as np
 
-from graphrag_pipeline.lib.config import EmbedderConfig, LLMConfig
+from graphrag_pipeline.lib.core.config import EmbedderConfig, LLMConfig
 from graphrag_pipeline.lib.llm.accounting import Usage, approximate_tokens
 from graphrag_pipeline.lib.llm.errors import LLMError, LLMRequestRejected, LLMUnavailable
-from graphrag_pipeline.lib.http import RetryPolicy, send_with_retries
+from graphrag_pipeline.lib.core.http import RetryPolicy, send_with_retries
 
 log = logging.getLogger(__name__)
 

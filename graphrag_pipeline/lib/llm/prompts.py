@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 
-from graphrag_pipeline.lib.ids import content_hash
+from graphrag_pipeline.lib.core.ids import content_hash
 
 VERSION_CHARS = 12
 

@@ -14,8 +14,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from graphrag_pipeline.lib.config import LLMConfig
-from graphrag_pipeline.lib.ids import content_hash
+from graphrag_pipeline.lib.core.config import LLMConfig
+from graphrag_pipeline.lib.core.ids import content_hash
 from graphrag_pipeline.lib.llm.accounting import Usage
 from graphrag_pipeline.lib.llm.cache import LLMCache
 from graphrag_pipeline.lib.llm.clients import ChatClient, ChatMessage, Completion, chat_client

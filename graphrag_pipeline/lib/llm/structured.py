@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from graphrag_pipeline.lib.llm.prompts import PromptTemplate, packaged_template
 from graphrag_pipeline.lib.llm.runner import LLMRunner
-from graphrag_pipeline.lib.errors import GraphRAGError
+from graphrag_pipeline.lib.core.errors import GraphRAGError
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from graphrag_pipeline.lib.config import SummariesConfig
+from graphrag_pipeline.lib.core.config import SummariesConfig
 from graphrag_pipeline.lib.llm.accounting import CHARS_PER_TOKEN, approximate_tokens
 from graphrag_pipeline.lib.llm.errors import LLMError
 from graphrag_pipeline.lib.llm.prompts import packaged_template

@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from graphrag_pipeline.lib.config import EvalSetSource
-from graphrag_pipeline.lib.ids import content_hash
-from graphrag_pipeline.lib.models import Document, Quarantined
+from graphrag_pipeline.lib.core.config import EvalSetSource
+from graphrag_pipeline.lib.core.ids import content_hash
+from graphrag_pipeline.lib.core.models import Document, Quarantined
 from graphrag_pipeline.lib.sources.paths import check_inside
 from graphrag_pipeline.lib.sources.reader import RAW_EXCERPT, STAGE, ReadContext, SourceScan
 

@@ -30,9 +30,9 @@ from typing import Any
 
 import yaml
 
-from graphrag_pipeline.lib.config import FolderSource
-from graphrag_pipeline.lib.ids import content_hash
-from graphrag_pipeline.lib.models import Document, Quarantined
+from graphrag_pipeline.lib.core.config import FolderSource
+from graphrag_pipeline.lib.core.ids import content_hash
+from graphrag_pipeline.lib.core.models import Document, Quarantined
 from graphrag_pipeline.lib.sources.html_text import html_to_text
 from graphrag_pipeline.lib.sources.paths import FolderListing, list_folder, read_file
 from graphrag_pipeline.lib.sources.reader import (

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from graphrag_pipeline.lib.ids import content_hash
+from graphrag_pipeline.lib.core.ids import content_hash
 
 READ_PIECE = 1 << 20  # bytes hashed at a time when a file is too large to keep
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
-from graphrag_pipeline.lib.config import BaseSource
+from graphrag_pipeline.lib.core.config import BaseSource
 from graphrag_pipeline.lib.sources.catalog import CatalogReader
 from graphrag_pipeline.lib.sources.confluence import ConfluenceReader
 from graphrag_pipeline.lib.sources.eval_set import EvalSetReader

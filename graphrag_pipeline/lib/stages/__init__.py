@@ -20,7 +20,7 @@ from graphrag_pipeline.lib.stages.extracted_elements import extract_elements
 from graphrag_pipeline.lib.stages.graph import sync_graph
 from graphrag_pipeline.lib.stages.ingest import ingest_documents
 from graphrag_pipeline.lib.stages.report import StageReport
-from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.lib.compose.workspace import Workspace
 
 
 @dataclass(frozen=True)

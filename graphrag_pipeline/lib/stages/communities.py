@@ -6,11 +6,11 @@ import json
 import time
 from collections import defaultdict
 
-from graphrag_pipeline.lib.communities import CommunityUpdate, detect_communities, update_communities
-from graphrag_pipeline.lib.config import CommunityConfig
-from graphrag_pipeline.lib.models import Community
+from graphrag_pipeline.lib.algorithms.communities import CommunityUpdate, detect_communities, update_communities
+from graphrag_pipeline.lib.core.config import CommunityConfig
+from graphrag_pipeline.lib.core.models import Community
 from graphrag_pipeline.lib.stages.report import StageReport
-from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.lib.compose.workspace import Workspace
 
 # When the last full re-clustering ran and how many entities incremental runs have re-clustered since.
 FULL_RUN_MARK = "communities:full_run"

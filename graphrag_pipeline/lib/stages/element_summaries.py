@@ -7,9 +7,9 @@ import functools
 import json
 from typing import Callable
 
-from graphrag_pipeline.lib.faults import crash_point
-from graphrag_pipeline.lib.ids import content_hash
-from graphrag_pipeline.lib.merge import (
+from graphrag_pipeline.lib.core.faults import crash_point
+from graphrag_pipeline.lib.core.ids import content_hash
+from graphrag_pipeline.lib.algorithms.merge import (
     DEFAULT_LIMITS,
     LLM_INPUT_DESCRIPTION_CHARS,
     LLM_INPUT_DESCRIPTIONS,
@@ -22,11 +22,11 @@ from graphrag_pipeline.lib.merge import (
     resolve_catalog_names,
 )
 from graphrag_pipeline.lib.sources.catalog import catalog_names, catalog_titles
-from graphrag_pipeline.lib.models import Entity, Relationship
-from graphrag_pipeline.lib.state import extraction_from_json
+from graphrag_pipeline.lib.core.models import Entity, Relationship
+from graphrag_pipeline.lib.stores.state.sql import extraction_from_json
 from graphrag_pipeline.lib.stages.extracted_elements import EXTRACTION_BATCH, extract_and_store
 from graphrag_pipeline.lib.stages.report import StageReport, accounted
-from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.lib.compose.workspace import Workspace
 
 
 @accounted

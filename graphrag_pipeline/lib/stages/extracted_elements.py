@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from graphrag_pipeline.lib.models import Chunk, ChunkExtraction
+from graphrag_pipeline.lib.core.models import Chunk, ChunkExtraction
 
 from graphrag_pipeline.lib.stages.report import StageReport, accounted
-from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.lib.compose.workspace import Workspace
 
 EXTRACTION_BATCH = 128
 
@@ -49,7 +49,7 @@ def extract_and_store(ws: Workspace, chunks: Sequence[Chunk], report: StageRepor
     """Extract chunks under the current extractor key, clearing their earlier failures and quarantining new ones."""
     results, quarantined = ws.extract(chunks)
     if ws.settings.extraction.extractor == "llm" and not report.counts.get("extracted"):
-        from graphrag_pipeline.lib.llm.extraction import fail_if_model_unreachable
+        from graphrag_pipeline.lib.extract.llm import fail_if_model_unreachable
 
         fail_if_model_unreachable(chunks, quarantined)  # an empty graph would look like success
     ws.state.store_extractions(ws.extractor_key, results)

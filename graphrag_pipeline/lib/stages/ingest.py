@@ -5,13 +5,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
-from graphrag_pipeline.lib.ids import stable_shard
-from graphrag_pipeline.lib.models import Quarantined
+from graphrag_pipeline.lib.core.ids import stable_shard
+from graphrag_pipeline.lib.core.models import Quarantined
 from graphrag_pipeline.lib.sources.reader import STAGE as SOURCES_STAGE
 from graphrag_pipeline.lib.sources.reader import ReadContext, SourceScan
 from graphrag_pipeline.lib.sources.registry import read_source
 from graphrag_pipeline.lib.stages.report import StageReport
-from graphrag_pipeline.lib.workspace import Workspace
+from graphrag_pipeline.lib.compose.workspace import Workspace
 
 
 def ingest_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:

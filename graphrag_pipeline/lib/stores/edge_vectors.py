@@ -89,8 +89,8 @@ from qdrant_edge import (
     VectorStorageDatatype,
 )
 
-from graphrag_pipeline.lib.ids import point_uuid
-from graphrag_pipeline.lib.models import VectorHit, VectorPoint
+from graphrag_pipeline.lib.core.ids import point_uuid
+from graphrag_pipeline.lib.core.models import VectorHit, VectorPoint
 from graphrag_pipeline.lib.stores.vector_points import (
     DOC_IDS_KEY,
     ID_KEY,

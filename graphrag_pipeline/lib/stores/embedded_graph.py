@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrag_pipeline.lib.models import ChunkText, Entity, EntityNames, Relationship
+from graphrag_pipeline.lib.core.models import ChunkText, Entity, EntityNames, Relationship
 from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, WalkPlan, check_page
 from graphrag_pipeline.lib.stores.sqlite_files import naming_damage
 

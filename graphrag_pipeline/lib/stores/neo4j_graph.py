@@ -34,8 +34,8 @@ from typing import Any, TypeVar
 from neo4j import Driver, GraphDatabase, ManagedTransaction
 from neo4j.exceptions import ServiceUnavailable, SessionExpired
 
-from graphrag_pipeline.lib.config import IDENTIFIER, Ontology, default_config_data
-from graphrag_pipeline.lib.models import ChunkText, Entity, EntityNames, Relationship
+from graphrag_pipeline.lib.core.config import IDENTIFIER, Ontology, default_config_data
+from graphrag_pipeline.lib.core.models import ChunkText, Entity, EntityNames, Relationship
 from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, WalkPlan, check_page
 
 T = TypeVar("T")

@@ -7,7 +7,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from graphrag_pipeline.lib.models import ChunkText, Entity, EntityNames, Relationship, VectorHit, VectorPoint
+from graphrag_pipeline.lib.core.models import ChunkText, Entity, EntityNames, Relationship, VectorHit, VectorPoint
 
 # Vector collections every backend holds.
 CHUNKS = "chunks"

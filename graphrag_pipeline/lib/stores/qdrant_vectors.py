@@ -32,8 +32,8 @@ import numpy as np
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import UnexpectedResponse
 
-from graphrag_pipeline.lib.ids import point_uuid
-from graphrag_pipeline.lib.models import VectorHit, VectorPoint
+from graphrag_pipeline.lib.core.ids import point_uuid
+from graphrag_pipeline.lib.core.models import VectorHit, VectorPoint
 from graphrag_pipeline.lib.stores.vector_points import (
     DOC_IDS_KEY,
     ID_KEY,

@@ -7,7 +7,7 @@ import re
 from typing import Sequence
 
 import numpy as np
-from graphrag_pipeline.lib.errors import GraphRAGError
+from graphrag_pipeline.lib.core.errors import GraphRAGError
 
 VECTOR_NAME = "dense"
 ID_KEY = "_id"  # payload key holding the pipeline's own point id

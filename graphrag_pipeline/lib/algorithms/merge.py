@@ -12,9 +12,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field, fields
 from typing import Iterable, Mapping, Sequence
 
-from graphrag_pipeline.lib.config import Ontology
-from graphrag_pipeline.lib.ids import entity_id, name_variants, normalize_name, relationship_id, short_hash
-from graphrag_pipeline.lib.models import ChunkExtraction, Entity, Relationship
+from graphrag_pipeline.lib.core.config import Ontology
+from graphrag_pipeline.lib.core.ids import entity_id, name_variants, normalize_name, relationship_id, short_hash
+from graphrag_pipeline.lib.core.models import ChunkExtraction, Entity, Relationship
 
 MAX_DESCRIPTIONS = 5
 MAX_DESCRIPTION_CHARS = 1200

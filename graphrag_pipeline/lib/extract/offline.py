@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphrag_pipeline.lib.config import ExtractionConfig, Ontology
-from graphrag_pipeline.lib.ids import normalize_name
-from graphrag_pipeline.lib.models import Chunk, ChunkExtraction, EntityMention, Quarantined, RelationMention
+from graphrag_pipeline.lib.core.config import ExtractionConfig, Ontology
+from graphrag_pipeline.lib.core.ids import normalize_name
+from graphrag_pipeline.lib.core.models import Chunk, ChunkExtraction, EntityMention, Quarantined, RelationMention
 
 if TYPE_CHECKING:
     from spacy.language import Language

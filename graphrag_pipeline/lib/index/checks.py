@@ -11,8 +11,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from graphrag_pipeline.lib.models import Entity, Relationship
-from graphrag_pipeline.lib.state import StateStore
+from graphrag_pipeline.lib.core.models import Entity, Relationship
+from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES, GraphStore, VectorStore
 
 EXAMPLES = 5  # ids named in a failing check's description (the counts are complete)

@@ -1,4 +1,5 @@
-"""The pipeline's own durable state: documents, chunks, caches and stage bookkeeping, in one SQLite file.
+"""The state store's SQL, which its SQLite and PostgreSQL stores share: the schema in both dialects, payload packing,
+and every read and write of documents, chunks, caches and stage bookkeeping.
 
 Every stage reads its input from here and records what it produced, keyed by content-derived ids, so a re-run (or a
 run killed half-way and started again) only does the work whose inputs changed, and converges to the same state.
@@ -7,24 +8,20 @@ WAL mode lets Dagster steps in several processes and a reader in an agent proces
 
 from __future__ import annotations
 
+import abc
 import contextlib
-import fcntl
 import hashlib
 import json
-import os
 import re
-import sqlite3
-import sys
-import threading
 import time
 import zlib
 from pathlib import Path
-from typing import Any, Collection, Iterable, Iterator, Sequence
+from typing import Any, ClassVar, Collection, ContextManager, Iterable, Iterator, Literal, Sequence
 
 import numpy as np
 
-from graphrag_pipeline.lib.ids import SHORT_HASH_CHARS
-from graphrag_pipeline.lib.models import (
+from graphrag_pipeline.lib.core.ids import SHORT_HASH_CHARS
+from graphrag_pipeline.lib.core.models import (
     Chunk,
     ChunkExtraction,
     Document,
@@ -32,16 +29,13 @@ from graphrag_pipeline.lib.models import (
     Quarantined,
     RelationMention,
 )
-from graphrag_pipeline.lib.stores.sqlite_files import DamagedStoreError, naming_damage
-from graphrag_pipeline.lib.errors import GraphRAGError
+from graphrag_pipeline.lib.core.errors import GraphRAGError
 
 # The recorded hash of a store entry whose write has begun but is not known to have finished, or that the store was
 # found to have lost: never equal to a content hash, so the next run writes the entry again. Recorded *before* a
 # write, it also keeps the id in the bookkeeping, so an entry written by a killed run is deleted when its element
 # disappears before the next run.
 UNSYNCED = "unsynced"
-
-BUILD_LOCK_FILE = "build.lock"  # beside state.sqlite: held by every writer of the index (see `build_lock`)
 
 # The version of the tables below. A change to them bumps it and adds the statements that bring an index of the
 # previous version up to it to StateStore.MIGRATIONS, so an existing index is migrated in place rather than rebuilt, and a
@@ -191,6 +185,20 @@ SHORTER_ELEMENT_HASHES = "; ".join(f"UPDATE {table} SET content_hash = substr(co
 _KEY_ONLY_TABLES = ("indexed_points", "synced", "merged_extractions")
 
 
+# What the PostgreSQL schema says instead of SQLite's: its binary type, its double, and no rowid to leave out.
+_POSTGRESQL_SPELLING = ((" BLOB ", " BYTEA "), (" REAL ", " DOUBLE PRECISION "), (") WITHOUT ROWID;", ");"))
+
+
+def schema(dialect: Literal["sqlite", "postgresql"]) -> str:
+    """The idempotent DDL of every table of SCHEMA_VERSION in a database's dialect."""
+    if dialect == "sqlite":
+        return _SCHEMA
+    ddl = _SCHEMA
+    for sqlite_spelling, postgresql_spelling in _POSTGRESQL_SPELLING:
+        ddl = ddl.replace(sqlite_spelling, postgresql_spelling)
+    return ddl
+
+
 def _table_definition(table: str) -> str:
     """The CREATE TABLE statement of ``table`` in the schema above (its comments hold no semicolon)."""
     return re.search(rf"CREATE TABLE IF NOT EXISTS {table} \([^;]*", _SCHEMA)[0]
@@ -226,50 +234,24 @@ def payload_digest(stored: str | bytes | memoryview) -> str:
     return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
-class StateStore:
-    """Thread-safe access to the state database (one connection per thread).
+class SQLStateStore(abc.ABC):
+    """Every read and write of the state in the SQL both databases speak (SQLite's, which the PostgreSQL store
+    translates); a subclass opens the connections, runs transactions and says how the index is locked."""
 
-    A writable store holds the index's build lock (`build_lock`) from open to close, so two builds of one index
-    cannot write at once; read-only stores (queries, sensors) take no lock."""
+    path: Path
+    read_only: bool
+    MIGRATIONS: ClassVar[dict[int, str]]  # version -> the statements that bring an index of version - 1 to it
+    BEGIN: ClassVar[str]  # the statement that opens a transaction
 
-    def __init__(self, path: str | Path, *, read_only: bool = False):
-        self.path = Path(path)
-        self.read_only = read_only
-        self._local = threading.local()
-        self._lock: contextlib.AbstractContextManager | None = None
-        if not read_only:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._lock = build_lock(self.path.parent)
-            self._lock.__enter__()
-            try:
-                with naming_damage(self.path):
-                    self._connection().executescript(_SCHEMA)  # idempotent DDL; executescript manages its own transaction
-                self._migrate()
-            except BaseException:
-                self.close()
-                raise
-
-    def _connection(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            with naming_damage(self.path):
-                if self.read_only:
-                    conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=60)
-                else:
-                    conn = sqlite3.connect(self.path, timeout=60)
-                    conn.execute("PRAGMA journal_mode=WAL")
-                    conn.execute("PRAGMA synchronous=NORMAL")
-                    # A deleted document's text is overwritten, not left in free pages for `strings` to find.
-                    conn.execute("PRAGMA secure_delete=ON")
-            conn.isolation_level = None  # explicit transactions below
-            self._local.conn = conn
-        return conn
+    @abc.abstractmethod
+    def _connection(self) -> Any: ...  # this thread's connection (sqlite3's API: execute, executemany)
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        with naming_damage(self.path):
+    def transaction(self) -> Iterator[Any]:
+        """This thread's connection inside one transaction, committed when the block ends, rolled back if it raises."""
+        with self._naming_damage():
             conn = self._connection()
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(self.BEGIN)
             try:
                 yield conn
             except BaseException:
@@ -277,19 +259,21 @@ class StateStore:
                 raise
             conn.execute("COMMIT")
 
-    # Version -> the statements that bring an index of version - 1 to it. SQLite stores compressed payloads in their
-    # TEXT columns as they are, so version 2 (compressed payloads) changes nothing in its tables; version 3 adds the
-    # corpus-wide stages' bookkeeping, which the schema above creates: merged_extractions, and stage_marks (the
-    # merge's and the graph sync's). An older pipeline would merge or sync without keeping it, and a newer one would
-    # then trust it: the version refuses the older one the index. Version 4 compresses payloads with a preset
-    # dictionary, which an older pipeline cannot read, keeps elements' hashes at 128 bits (``ids.short_hash``), and
-    # keeps the bookkeeping of one row per element, point or chunk in its primary key's tree alone (WITHOUT ROWID),
-    # not in a table and an index of the same key. Together they made the state a fifth smaller (docs/benchmarks.md).
-    MIGRATIONS: dict[int, str] = {2: "", 3: "", 4: "; ".join(
-        [SHORTER_ELEMENT_HASHES]
-        + [f"ALTER TABLE {table} RENAME TO {table}_v3; {_table_definition(table)}; "
-           f"INSERT INTO {table} SELECT * FROM {table}_v3; DROP TABLE {table}_v3" for table in _KEY_ONLY_TABLES]
-        + [_INDEXED_POINTS_BY_SHARD])}  # its index went with the table it was renamed with
+    @abc.abstractmethod
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]: ...
+
+    @abc.abstractmethod
+    def exists(self) -> bool: ...
+
+    @abc.abstractmethod
+    def whole_build(self) -> ContextManager[None]: ...
+
+    @abc.abstractmethod
+    def exclusive(self, name: str) -> ContextManager[None]: ...
+
+    def _naming_damage(self) -> ContextManager[None]:
+        """Around a read that streams rows: a store kept in files says which file is damaged (``naming_damage``)."""
+        return contextlib.nullcontext()
 
     def _migrate(self) -> None:
         """Bring the index's tables to SCHEMA_VERSION, recording each step; refuse an index written by a newer
@@ -307,32 +291,6 @@ class StateStore:
                         conn.execute(statement)
                 conn.execute("INSERT INTO schema_version VALUES (?, ?)", (version, time.time()))
 
-    def exists(self) -> bool:
-        """Whether a build has created this index's state (a read-only store of a missing file creates none); a file
-        that holds no index tables (emptied, overwritten) is damage, not a missing index: ``DamagedStoreError``."""
-        if not self.path.is_file():
-            return False
-        with naming_damage(self.path):
-            tables = self.query("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'")
-        if not tables:
-            raise DamagedStoreError(self.path, sqlite3.DatabaseError("it holds no index tables"))
-        return True
-
-    @contextlib.contextmanager
-    def whole_build(self) -> Iterator[None]:
-        """Held by a whole build for as long as it runs. A writable SQLite store holds the build lock already (a
-        second writer fails at once), so there is nothing more to take; the PostgreSQL store takes an advisory lock."""
-        yield
-
-    @contextlib.contextmanager
-    def exclusive(self, name: str) -> Iterator[None]:
-        """Held by one process at a time among the writers of this index, for work that must not interleave with
-        another run's (the corpus-wide stages). A writable SQLite store already excludes every other writer for as
-        long as it is open (the build lock), so there is nothing more to take."""
-        if self.read_only:
-            raise RuntimeError(f"{self.path} is open read-only: only a writer takes the index's locks")
-        yield
-
     def schema_version(self) -> int:
         return self.query("SELECT COALESCE(MAX(version), 0) FROM schema_version")[0][0]
 
@@ -346,10 +304,6 @@ class StateStore:
             rows.extend(self.query(sql.format(ids=",".join("?" * len(batch))), [*leading, *batch]))
         return rows
 
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        with naming_damage(self.path):
-            return self._connection().execute(sql, params).fetchall()
-
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
         if conn is not None:
@@ -359,7 +313,7 @@ class StateStore:
             lock, self._lock = self._lock, None
             lock.__exit__(None, None, None)
 
-    def __enter__(self) -> "StateStore":
+    def __enter__(self) -> "SQLStateStore":
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -636,14 +590,14 @@ class StateStore:
         another key of its ``family`` (``family`` and ``family+…``: the same extractor with other known names), so no
         chunk drops out while it waits to be extracted again."""
         family = family or extractor_key
-        with naming_damage(self.path):
+        with self._naming_damage():
             for doc_id, chunk_id, _, payload in self._live_extraction_rows(extractor_key, family, chunk_ids):
                 yield doc_id, chunk_id, extraction_from_json(chunk_id, payload)
 
     def live_extraction_hashes(self, extractor_key: str, family: str | None = None) -> dict[str, tuple[str, str]]:
         """chunk id -> (extractor key, payload digest) of the extraction `live_extractions` reads for it."""
         family = family or extractor_key
-        with naming_damage(self.path):
+        with self._naming_damage():
             return {chunk_id: (key, payload_digest(payload))
                     for _, chunk_id, key, payload in self._live_extraction_rows(extractor_key, family, None)}
 
@@ -865,66 +819,6 @@ class SchemaVersionError(GraphRAGError, RuntimeError):
 class IndexBusyError(GraphRAGError, RuntimeError):
     kind = "busy"
     pass
-
-
-# Lock file -> [descriptor, holders in this process]: stores and workspaces of one process share the lock (a stage
-# and its checks, a test beside its build); flock excludes other processes only.
-_held_build_locks: dict[Path, list[int]] = {}
-_held_build_locks_guard = threading.Lock()
-
-
-@contextlib.contextmanager
-def build_lock(index_dir: Path) -> Iterator[None]:
-    """Hold the index's build lock: an exclusive ``flock`` on ``<index_dir>/build.lock``, so a second process that
-    would write the same index fails at once with `IndexBusyError` naming the holder, instead of interleaving its
-    writes. The operating system releases it when the holder ends, even by kill -9."""
-    path = (Path(index_dir) / BUILD_LOCK_FILE).resolve()
-    with _held_build_locks_guard:
-        held = _held_build_locks.get(path)
-        if held is not None:
-            held[1] += 1
-        else:
-            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(descriptor, 1000, 0).decode("utf-8", "replace").strip() or "holder unknown"
-                os.close(descriptor)
-                raise IndexBusyError(
-                    f"another build is writing the index in {path.parent} ({holder}); two builds of one index "
-                    f"cannot run at once: run this one when that one has finished (its lock, {path}, is released "
-                    "when its process ends)"
-                ) from None
-            os.ftruncate(descriptor, 0)
-            started = time.strftime("%Y-%m-%d %H:%M:%S")
-            os.pwrite(descriptor, f"pid {os.getpid()} since {started}: {' '.join(sys.argv)[:300]}".encode(), 0)
-            _held_build_locks[path] = [descriptor, 1]
-    try:
-        yield
-    finally:
-        with _held_build_locks_guard:
-            held = _held_build_locks[path]
-            held[1] -= 1
-            if held[1] == 0:
-                del _held_build_locks[path]
-                os.close(held[0])
-
-
-def build_holder(index_dir: Path) -> str | None:
-    """Who holds the index's build lock (as its holder wrote itself down), or None when no process does; a server
-    state (no lock file) gives None."""
-    path = Path(index_dir) / BUILD_LOCK_FILE
-    try:
-        descriptor = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return os.pread(descriptor, 1000, 0).decode("utf-8", "replace").strip() or "holder unknown"
-    finally:
-        os.close(descriptor)  # closing drops a shared lock taken here
-    return None
 
 
 # Stage marks: a digest of the latest source changes recorded (raw_documents), and the digest the last finished build

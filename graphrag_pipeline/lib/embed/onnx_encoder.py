@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from graphrag_pipeline.lib.config import EmbedderConfig
-from graphrag_pipeline.lib.numpy_encoder import BertWeights, NumpyEmbedder, token_embeddings
+from graphrag_pipeline.lib.core.config import EmbedderConfig
+from graphrag_pipeline.lib.embed.numpy_encoder import BertWeights, NumpyEmbedder, token_embeddings
 
 # LayerNormalization is an operator from opset 17 on.
 _OPSET = 17

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Mapping
 
-from graphrag_pipeline.lib.config import PipelineSettings
-from graphrag_pipeline.lib.ids import content_hash, stable_shard
+from graphrag_pipeline.lib.core.config import PipelineSettings
+from graphrag_pipeline.lib.core.ids import content_hash, stable_shard
 from graphrag_pipeline.lib.sources.registry import scan_hashes
 
 EMPTY_SHARD = "empty"

@@ -19,8 +19,8 @@ from typing import Sequence
 
 import numpy as np
 
-from graphrag_pipeline.lib.config import EmbedderConfig
-from graphrag_pipeline.lib.errors import GraphRAGError
+from graphrag_pipeline.lib.core.config import EmbedderConfig
+from graphrag_pipeline.lib.core.errors import GraphRAGError
 
 _BERT_WEIGHTS: dict[str, "BertWeights"] = {}
 _BERT_WEIGHTS_LOCK = threading.Lock()
@@ -202,7 +202,7 @@ class NumpyEmbedder:
     def encode_offsets(self, text: str) -> list[tuple[int, int]]:
         """Character spans of the model's tokens, for chunkers that cut on token boundaries (the same spans as the
         torch embedder's tokenizer: both read ``tokenizer.json``)."""
-        from graphrag_pipeline.lib.chunking import token_spans
+        from graphrag_pipeline.lib.algorithms.chunking import token_spans
 
         return token_spans(self._counting_tokenizer.encode(text, add_special_tokens=False).offsets)
 

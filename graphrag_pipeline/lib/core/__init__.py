@@ -1,0 +1,1 @@
+"""The pieces every layer shares: configuration, ids, models, errors, progress, fault points, the HTTP retry loop, query options."""

@@ -1,0 +1,1 @@
+"""Extraction: the offline extractor (spaCy NER and patterns) and the LLM extractor."""

@@ -1,0 +1,1 @@
+"""Operations on a whole index: Parquet export and import, checks, source change detection."""
