@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections import defaultdict
 from typing import Sequence
@@ -18,6 +19,7 @@ from graphrag_pipeline.lib.core.config import PipelineSettings
 from graphrag_pipeline.lib.core.ids import content_hash
 from graphrag_pipeline.lib.core.models import Community, CommunitySummary, Entity, Relationship
 from graphrag_pipeline.lib.stages.communities import community_from_payload
+from graphrag_pipeline.lib.stages.incremental import Changes, unrestricted_sample
 from graphrag_pipeline.lib.stages.report import StageReport, accounted
 from graphrag_pipeline.lib.stages.embeddings import chunk_embedding_text
 from graphrag_pipeline.lib.stages.vectors import GLOBAL_SHARD, embed_texts_cached, sync_points
@@ -37,97 +39,128 @@ COMMUNITY_EMBEDDING_CHARS = 800  # a summary citing no chunk is embedded from it
 @accounted
 def summarize_communities(ws: Workspace) -> StageReport:
     """Summarize only communities whose membership or member content changed, and index the summaries."""
+    report = StageReport("community_summaries")
+    taken_in = ws.state.stage_mark(SOURCES_CHANGED_MARK)  # what this, the last stage, finishes taking in
+    with report.timed("diff"):
+        plan = _plan(ws)
+    written = _write_summaries(ws, plan, report)
+    ws.state.replace_community_summaries(
+        {cid: (plan.hashes[cid], json.dumps({**summary.to_dict(), "written_from": plan.written_from(cid)}))
+         for cid, summary in written.items()},
+        plan.changes.removed)
+    summaries = ws.state.community_summary_payloads()
+    _index_summaries(ws, plan, summaries, report)
+    report.counts.update(communities=len(plan.communities), summarized=len(plan.changes.changed),
+                         reused=len(plan.communities) - len(plan.changes.changed), removed=len(plan.changes.removed))
+    report.counts["withdrawn_forgotten"] = _forget_withdrawn(ws, summaries)
+    report.counts["embeddings_forgotten"] = _forget_unused_embeddings(ws, summaries)
+    ws.state.record_stage_mark(CAUGHT_UP_MARK, taken_in)
+    report.sample = unrestricted_sample(
+        (({"community": cid[:16], "level": s.level, "title": s.title[:80]}, plan.written_from(cid))
+         for cid, s in written.items()), ws.state.restricted_documents(), 5)
+    return report
+
+
+@dataclasses.dataclass
+class _SummaryPlan:
+    """The communities to summarize and what their summaries are written from."""
+
+    communities: list[Community]  # every community large enough to summarize
+    entities: dict[str, Entity]  # their members
+    sources: dict[str, list[str]]  # community id -> the titles of the documents most members come from
+    hashes: dict[str, str]  # community id -> the content hash its summary is stored under
+    reported_by_llm: set[str]  # the communities whose summary the model writes
+    changes: Changes  # the communities whose hash changed, and the summaries of those that are gone
+
+    def written_from(self, community_id: str) -> list[str]:
+        """Every document a community's summary is written from: the query module shows a summary only to a caller
+        who may read all of them, and the stage's sample only what unrestricted documents alone give."""
+        members = self.by_id[community_id].entity_ids
+        return sorted({d for eid in members for d in self.entities[eid].doc_ids})
+
+    @functools.cached_property
+    def by_id(self) -> dict[str, Community]:
+        return {c.community_id: c for c in self.communities}
+
+
+def _plan(ws: Workspace) -> _SummaryPlan:
+    """Which communities changed: their members' records and sources, and the summarizer, hashed."""
     from graphrag_pipeline.lib.llm.summaries import report_version
 
-    report = StageReport("community_summaries")
     config = ws.settings.communities
-    taken_in = ws.state.stage_mark(SOURCES_CHANGED_MARK)  # what this, the last stage, finishes taking in
-    with report.timed("diff"):  # which communities changed: their members' records and sources, hashed
-        communities = [
-            c for c in (community_from_payload(p) for p in ws.state.community_payloads().values())
-            if len(c.entity_ids) >= config.min_size
-        ]
-        # Read from the graph store, which the graph stage has made equal to the merged elements: its records are the
-        # fields a summary reads, without the payloads' description parts (a third of the time of a re-sync).
-        entities = ws.graph_store.get_entities({eid for c in communities for eid in c.entity_ids})
-        previous = ws.state.community_summary_hashes()
-        reported_by_llm = {
-            c.community_id for c in communities
-            if ws.settings.summaries.summarizer == "llm" and c.level in ws.settings.summaries.report_levels
-        }
-        # The summarizer (model, prompt version, input budget) is part of a summary's identity: changing it redoes
-        # exactly the summaries it writes.
-        summarizer_key = f"llm:{ws.settings.llm.provider}:{ws.settings.llm.model}:{report_version(ws.settings.summaries)}"
-        titles = ws.state.document_titles({doc for c in communities for eid in c.entity_ids
-                                           for doc in entities[eid].doc_ids})
-        sources = {c.community_id: source_titles_of(c, entities, titles) for c in communities}
-        hashes = {
-            c.community_id: content_hash(community_content_hash(c, entities, sources[c.community_id]), summarizer_key)
-            if c.community_id in reported_by_llm else community_content_hash(c, entities, sources[c.community_id])
-            for c in communities
-        }
-        todo = [c for c in communities if previous.get(c.community_id) != hashes[c.community_id]]
-        removed = sorted(set(previous) - set(hashes))
+    communities = [c for c in (community_from_payload(p) for p in ws.state.community_payloads().values())
+                   if len(c.entity_ids) >= config.min_size]
+    # Read from the graph store, which the graph stage has made equal to the merged elements: its records are the
+    # fields a summary reads, without the payloads' description parts (a third of the time of a re-sync).
+    entities = ws.graph_store.get_entities({eid for c in communities for eid in c.entity_ids})
+    reported_by_llm = {c.community_id for c in communities
+                       if ws.settings.summaries.summarizer == "llm" and c.level in ws.settings.summaries.report_levels}
+    # The summarizer (model, prompt version, input budget) is part of a summary's identity: changing it redoes
+    # exactly the summaries it writes.
+    summarizer_key = f"llm:{ws.settings.llm.provider}:{ws.settings.llm.model}:{report_version(ws.settings.summaries)}"
+    titles = ws.state.document_titles({doc for c in communities for eid in c.entity_ids
+                                       for doc in entities[eid].doc_ids})
+    sources = {c.community_id: source_titles_of(c, entities, titles) for c in communities}
+    hashes = {}
+    for c in communities:
+        extractive = community_content_hash(c, entities, sources[c.community_id])
+        hashes[c.community_id] = (content_hash(extractive, summarizer_key) if c.community_id in reported_by_llm
+                                  else extractive)
+    changes = Changes.between(hashes, ws.state.community_summary_hashes())
+    return _SummaryPlan(communities, entities, sources, hashes, reported_by_llm, changes)
+
+
+def _write_summaries(ws: Workspace, plan: _SummaryPlan, report: StageReport) -> dict[str, CommunitySummary]:
+    """Community id -> its new summary, of every changed community: extractive, or the model's report where it
+    writes one (a failed report keeps the extractive summary, stored under its extractive hash so the next run asks
+    the model again)."""
+    config = ws.settings.communities
+    todo = [plan.by_id[cid] for cid in plan.changes.changed]
     with report.timed("relationships"):
         relationships_of = _relationships_by_community(ws, todo)
     generic_types = generic_entity_types(ws.settings)
     progress = ws.progress(report.stage, "summarize communities", len(todo))
-    new_summaries = {}
+    written = {}
     with report.timed("summarize"):
         for community in todo:
-            new_summaries[community.community_id] = summarize_community_extractively(
+            written[community.community_id] = summarize_community_extractively(
                 community,
-                entities,
+                plan.entities,
                 relationships_of[community.community_id],
                 top_entities=config.top_entities,
                 max_sentences=config.summary_sentences,
                 generic_types=generic_types,
-                source_titles=sources[community.community_id],
+                source_titles=plan.sources[community.community_id],
             )
             progress.advance()
-    by_llm = [c for c in todo if c.community_id in reported_by_llm]
+    by_llm = [c for c in todo if c.community_id in plan.reported_by_llm]
     if by_llm:
         with report.timed("llm_reports"):
             reports = ws.llm.map(
-                lambda c: _community_report(ws, c, new_summaries[c.community_id], entities, relationships_of), by_llm
+                lambda c: _community_report(ws, c, written[c.community_id], plan.entities, relationships_of), by_llm
             )
-        for community, written in zip(by_llm, reports):
-            if written is not None:
-                new_summaries[community.community_id] = written
-            else:  # stored under its extractive hash, so the next run asks the model again
-                hashes[community.community_id] = community_content_hash(community, entities,
-                                                                        sources[community.community_id])
+        for community, model_report in zip(by_llm, reports):
+            if model_report is not None:
+                written[community.community_id] = model_report
+            else:
+                plan.hashes[community.community_id] = community_content_hash(
+                    community, plan.entities, plan.sources[community.community_id])
         report.counts["llm_reports"] = sum(r is not None for r in reports)
         report.counts["llm_report_failures"] = sum(r is None for r in reports)
-    members = {c.community_id: c.entity_ids for c in communities}
-    # Every document the text was written from, stored with it: the query module shows a summary only to a caller
-    # who may read all of them, and so does this report's sample.
-    written_from = {cid: sorted({d for eid in members[cid] for d in entities[eid].doc_ids}) for cid in new_summaries}
-    upserts = {cid: (hashes[cid], json.dumps({**summary.to_dict(), "written_from": written_from[cid]}))
-               for cid, summary in new_summaries.items()}
-    ws.state.replace_community_summaries(upserts, removed)
-    summaries = ws.state.community_summary_payloads()
+    return written
+
+
+def _index_summaries(ws: Workspace, plan: _SummaryPlan, summaries: dict[str, dict], report: StageReport) -> None:
+    """Make the ``communities`` collection hold a point per stored summary."""
     wanted = {
         # The text keys the point: a new title or summary (new chunks behind it) gives it a new vector.
         cid: (GLOBAL_SHARD, "\n".join([s["title"], s["summary"], *s["chunk_ids"][:COMMUNITY_VECTOR_CHUNKS]]),
-              {"doc_ids": sorted({d for eid in members.get(cid, ()) for d in entities[eid].doc_ids})[:200],
+              {"doc_ids": (plan.written_from(cid) if cid in plan.by_id else [])[:200],
                "level": s["level"], "title": s["title"]})
         for cid, s in summaries.items()
     }
     sync_points(ws, COMMUNITIES, wanted, None, report,
                 vectors_of=lambda ids: community_vectors(ws, [summaries[cid] for cid in ids], report))
-    report.counts.update(communities=len(communities), summarized=len(todo), reused=len(communities) - len(todo),
-                         removed=len(removed))
-    report.counts["withdrawn_forgotten"] = _forget_withdrawn(ws, summaries)
-    report.counts["embeddings_forgotten"] = _forget_unused_embeddings(ws, summaries)
-    ws.state.record_stage_mark(CAUGHT_UP_MARK, taken_in)
-    # Run metadata is for operators, not for the groups: only summaries written from unrestricted documents alone.
-    restricted = ws.state.restricted_documents()
-    report.sample = [
-        {"community": cid[:16], "level": new_summaries[cid].level, "title": new_summaries[cid].title[:80]}
-        for cid in upserts if not restricted.keys() & written_from[cid]
-    ][:5]
-    return report
 
 
 def _forget_withdrawn(ws: Workspace, summaries: dict[str, dict]) -> int:

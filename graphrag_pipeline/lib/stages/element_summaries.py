@@ -25,6 +25,7 @@ from graphrag_pipeline.lib.sources.catalog import catalog_names, catalog_titles
 from graphrag_pipeline.lib.core.models import Entity, Relationship
 from graphrag_pipeline.lib.stores.state.sql import extraction_from_json
 from graphrag_pipeline.lib.stages.extracted_elements import EXTRACTION_BATCH, extract_and_store
+from graphrag_pipeline.lib.stages.incremental import Changes, unrestricted_sample
 from graphrag_pipeline.lib.stages.report import StageReport, accounted
 from graphrag_pipeline.lib.compose.workspace import Workspace
 
@@ -72,11 +73,10 @@ def summarize_elements(ws: Workspace) -> StageReport:
         changes = {}
         for kind, elements in (("entity", entities), ("relationship", relationships)):
             payloads = {_element_id(e): element_payload(e) for e in elements}
-            upserts = {eid: hp for eid, hp in payloads.items() if previous[kind].get(eid) != hp[0]}
-            removed = sorted(eid for eid, old in previous[kind].items() if old is not None and eid not in payloads)
-            changes[kind] = (upserts, removed)
-            report.counts[f"{kind}_changed"] = len(upserts)
-            report.counts[f"{kind}_removed"] = len(removed)
+            diff = Changes.between({eid: digest for eid, (digest, _) in payloads.items()}, previous[kind])
+            changes[kind] = ({eid: payloads[eid] for eid in diff.changed}, diff.removed)
+            report.counts[f"{kind}_changed"] = len(diff.changed)
+            report.counts[f"{kind}_removed"] = len(diff.removed)
         merged = live if plan is None else plan.added
         unmerged = [] if plan is None else [c for c in plan.gone if c not in live]
         ws.state.record_merge(changes, merged, unmerged, mark, every_extraction=plan is None)
@@ -85,12 +85,9 @@ def summarize_elements(ws: Workspace) -> StageReport:
     with report.timed("prune"):
         report.counts["pruned_extractions"] = ws.state.prune_extractions(ws.extractor_key, ws.extractor_family)
     report.counts["full_merge"] = int(plan is None)
-    # Run metadata is for operators, not for the groups: only entities that unrestricted documents alone support.
-    restricted = ws.state.restricted_documents()
-    report.sample = [
-        {"entity": e.name, "type": e.type, "mentions": e.mention_count, "documents": len(e.doc_ids)}
-        for e in sorted(entities, key=lambda e: (-e.mention_count, e.name)) if not restricted.keys() & set(e.doc_ids)
-    ][:10]
+    report.sample = unrestricted_sample(
+        (({"entity": e.name, "type": e.type, "mentions": e.mention_count, "documents": len(e.doc_ids)}, e.doc_ids)
+         for e in sorted(entities, key=lambda e: (-e.mention_count, e.name))), ws.state.restricted_documents(), 10)
     return report
 
 

@@ -9,6 +9,7 @@ from graphrag_pipeline.lib.core.faults import crash_point
 from graphrag_pipeline.lib.core.ids import short_hash
 from graphrag_pipeline.lib.algorithms.merge import entity_from_payload, relationship_from_payload
 from graphrag_pipeline.lib.core.models import ChunkText, Entity
+from graphrag_pipeline.lib.stages.incremental import Changes
 from graphrag_pipeline.lib.stages.report import StageReport, accounted
 from graphrag_pipeline.lib.stores.state.sql import UNSYNCED
 from graphrag_pipeline.lib.stages.vectors import GLOBAL_SHARD, reconcile_collection, sync_points
@@ -41,8 +42,9 @@ def sync_graph(ws: Workspace) -> StageReport:
     with report.timed("verify"):
         store_differed = _reconcile_with_store(ws, synced, report)
         store_differed |= bool(reconcile_collection(ws, ENTITIES, report))  # lost points: only a whole sync rewrites them
-    changed = {k: sorted(e for e, h in current[k].items() if synced[k].get(e) != h) for k in current}
-    removed = {k: sorted(set(synced[k]) - set(current[k])) for k in current}
+    changes = {kind: Changes.between(current[kind], synced[kind]) for kind in current}
+    changed = {kind: c.changed for kind, c in changes.items()}
+    removed = {kind: c.removed for kind, c in changes.items()}
     whole = store_differed or ws.state.stage_mark(report.stage) != GRAPH_SYNCED
     report.counts["whole_sync"] = int(whole)
     if whole or any(changed.values()) or any(removed.values()):
@@ -197,8 +199,8 @@ def _sync_mentions(
     """Make the store's mentions equal ``mentions``: of every chunk, or (``scope``) of those chunks, each written."""
     current = {cid: short_hash(*eids) for cid, eids in mentions.items()}
     if scope is None:
-        changed = {cid: mentions[cid] for cid, h in current.items() if synced.get(cid) != h}
-        removed = sorted(set(synced) - set(current))
+        changes = Changes.between(current, synced)
+        changed, removed = {cid: mentions[cid] for cid in changes.changed}, changes.removed
     else:
         changed = mentions
         removed = sorted(scope - set(current))
