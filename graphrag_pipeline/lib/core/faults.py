@@ -1,5 +1,5 @@
 """Named crash points inside the stages' store writes, so tests can prove that a build killed at any of them converges
-when it is run again (`graphrag_pipeline_tests/test_crash_consistency.py`).
+when it is run again (`graphrag_pipeline_tests/end_to_end/test_crash_consistency.py`).
 
 With ``GRAPHRAG_CRASH_AT=<point>`` in the environment the process ends at that point with ``os._exit``: no cleanup,
 no rollback handler, no flush, as after ``kill -9``. In-process, ``watching(listener)`` calls ``listener(point)``
