@@ -383,9 +383,7 @@ def _format_response(response) -> str:
     for position, result in enumerate(response.results, start=1):
         title = result.source.get("title", "")
         path = " → ".join(result.entity_path)
-        signals = {"vector": result.vector_score, "graph": result.graph_score, "keyword": result.keyword_score,
-                   "identifier": result.identifier_score, "relation": result.relation_score}
-        shown = ", ".join(f"{name} {value:.3f}" for name, value in signals.items() if value or name == "vector")
+        shown = ", ".join(f"{name} {value:.3f}" for name, value in result.scores.items() if value or name == "vector")
         lines.append(f"{position:>2}. {result.combined_score:.3f} ({shown}, hops {result.hops_from_query}) "
                      f"{title} [{result.doc_id}]")
         if path:

@@ -37,6 +37,7 @@ from graphrag_pipeline.query.models import (
     QueryResponse,
     QueryResult,
 )
+from graphrag_pipeline.query.signals import signal_scores
 from graphrag_pipeline.query.retrievers import (
     NOTHING_HIDDEN,
     RETRIEVERS,
@@ -241,12 +242,8 @@ class QueryEngine:
                 doc_id=passage.doc_id,
                 source=passage.source,
                 entity_path=[*passage.about, *(visible[e].name for e in paths[candidate_id] if e in visible)],
-                vector_score=round(retrieval.vector_scores.get(candidate_id, retrieval.vector_floor), 6),
-                graph_score=round(retrieval.graph_scores.get(candidate_id, 0.0), 6),
                 combined_score=round(retrieval.combined[candidate_id], 6),
-                keyword_score=round(retrieval.keyword_scores.get(candidate_id, 0.0), 6),
-                identifier_score=round(retrieval.identifier_scores.get(candidate_id, 0.0), 6),
-                relation_score=round(retrieval.relation_scores.get(candidate_id, 0.0), 6),
+                scores=signal_scores(retrieval, candidate_id),
                 hops_from_query=max(0, len(paths[candidate_id]) - 1),
                 citations=passage.citations,
             )

@@ -55,15 +55,13 @@ class QueryResult:
     doc_id: str
     source: dict[str, Any]  # source name, uri, title and the document's metadata
     entity_path: list[str]  # entity names from a seed entity to the entity that brought this chunk in
-    vector_score: float
-    graph_score: float
-    combined_score: float
+    combined_score: float  # what the mode ranks by: for hybrid, the signals fused
     hops_from_query: int  # hop count of that entity from the seeds (0: a seed itself or a plain vector hit)
+    # Signal name -> this result's score (query/signals.py says what each measures): vector, graph, keyword,
+    # identifier, relation.
+    scores: dict[str, float] = field(default_factory=dict)
     # The passages behind the result: with document results, the document's best passages (the text is the first).
     citations: list[Citation] = field(default_factory=list)
-    keyword_score: float = 0.0  # BM25, as a share of a perfect match
-    identifier_score: float = 0.0  # the rarity-weighted share of the question's identifiers the passage holds
-    relation_score: float = 0.0  # 1: about an entity an asked-for relationship reached (a catalog page 0.2)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

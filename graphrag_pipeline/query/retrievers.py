@@ -44,6 +44,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from graphrag_pipeline.lib.core.config import Ontology, RetrievalConfig
+from graphrag_pipeline.query.signals import SIGNALS, signal_weights
 from graphrag_pipeline.query.fusion import cap_at_origin, normalize_by_max, rank, reciprocal_rank_fusion, weighted_fusion
 from graphrag_pipeline.lib.core.models import Chunk, Document, EntityNames, Relationship
 from graphrag_pipeline.lib.stores.state.protocol import StateStore
@@ -668,15 +669,8 @@ class HybridRetriever(GraphRetriever):
         config = self.index.config
         candidates = set(entry) | set(graph_pool) | set(retrieval.keyword_scores) | set(retrieval.relation_scores)
         candidates |= set(retrieval.identifier_scores)
-        signals = {
-            "vector": {c: retrieval.vector_scores.get(c, retrieval.vector_floor) for c in candidates},
-            "graph": {c: retrieval.graph_scores.get(c, 0.0) for c in candidates},
-            "keyword": {c: retrieval.keyword_scores.get(c, 0.0) for c in candidates},
-            "relation": {c: retrieval.relation_scores.get(c, 0.0) for c in candidates},
-            "identifier": {c: retrieval.identifier_scores.get(c, 0.0) for c in candidates},
-        }
-        weights = {"vector": config.vector_weight, "graph": config.graph_weight, "keyword": config.keyword_weight,
-                   "relation": config.relation_weight, "identifier": config.identifier_weight}
+        signals = {signal.name: {c: signal.score(retrieval, c) for c in candidates} for signal in SIGNALS}
+        weights = signal_weights(config)
 
         def fuse(signals: dict[str, dict[str, float]]) -> dict[str, float]:
             if parameters.fusion == "rrf":

@@ -364,7 +364,7 @@ def test_query_module_returns_the_same_results_on_both_backends(
                 assert [r.chunk_id for r in actual.results] == [r.chunk_id for r in expected.results], question
                 assert [r.entity_path for r in actual.results] == [r.entity_path for r in expected.results]
                 assert [r.combined_score for r in actual.results] == [r.combined_score for r in expected.results]
-                compared += any(r.graph_score > 0 for r in expected.results)
+                compared += any(r.scores["graph"] > 0 for r in expected.results)
         assert compared >= len(questions)  # the graph really contributed to the answers
 
 

@@ -349,7 +349,7 @@ def test_a_callers_ranking_is_the_ranking_of_an_index_without_the_documents_it_m
                  "What does ledger-db serve?")
 
     def shape(response):
-        return [(r.doc_id.split(":", 1)[1], r.graph_score > 0, r.relation_score > 0) for r in response.results]
+        return [(r.doc_id.split(":", 1)[1], r.scores["graph"] > 0, r.scores["relation"] > 0) for r in response.results]
 
     with open_index(config_path=config) as index, open_index(config_path=control_config) as control:
         for question in questions:

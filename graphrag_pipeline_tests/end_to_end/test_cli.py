@@ -21,8 +21,8 @@ from graphrag_pipeline_tests.cli_process import CLI, cli_env, run_cli
 from graphrag_pipeline_tests.conftest import FIXTURES
 
 QUESTION = "Where was the founder of Acme Robotics born?"
-RESULT_KEYS = {"chunk_id", "text", "doc_id", "source", "entity_path", "vector_score", "graph_score", "combined_score",
-               "hops_from_query", "citations", "keyword_score", "identifier_score", "relation_score"}
+RESULT_KEYS = {"chunk_id", "text", "doc_id", "source", "entity_path", "combined_score", "hops_from_query", "scores",
+               "citations"}
 
 
 def run_module(*args: str, cwd: Path, stderr_on_a_terminal: bool) -> tuple[int, str, str]:
@@ -87,7 +87,7 @@ def test_query_json_from_the_config_in_the_environment(config, tmp_path):
     response = json.loads(completed.stdout)
     assert response["question"] == QUESTION and response["mode"] == "hybrid"
     assert response["fell_back_to_vector"] is False
-    # Exactly these keys: no keyword_score (always 0 until a keyword signal exists), nothing else lost.
+    # Exactly these keys, nothing else lost; each signal's score is in `scores`.
     assert response["results"] and all(set(result) == RESULT_KEYS for result in response["results"])
     assert {r["doc_id"] for r in response["results"]} >= {"t:acme-robotics.md", "t:mirela-vantongeren.md"}
     for result in response["results"]:
@@ -129,7 +129,7 @@ def test_every_mode_answers_and_top_k_limits_the_results(config, capsys, mode):
     else:
         assert all(r["doc_id"].startswith("t:") for r in response["results"])
     if mode == "vector":
-        assert all(r["graph_score"] == 0 and r["entity_path"] == [] for r in response["results"])
+        assert all(r["scores"]["graph"] == 0 and r["entity_path"] == [] for r in response["results"])
 
 
 @pytest.mark.slow

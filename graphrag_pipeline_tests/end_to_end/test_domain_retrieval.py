@@ -163,13 +163,13 @@ def test_what_depends_on_a_service_follows_the_same_edges_the_other_way(engine):
     followed = {(f.source, f.type, f.target) for f in response.relationships if f.followed}
     assert followed == {("storefront", "DEPENDS_ON", "ledger")}
     top = response.results[0]
-    assert top.relation_score == 1.0 and top.entity_path[-1] == "storefront"
+    assert top.scores["relation"] == 1.0 and top.entity_path[-1] == "storefront"
 
 
 def test_without_a_relationship_phrase_nothing_is_followed(engine):
     response = engine.query("Ledger Service records coin transfers", top_k=5)
     assert not any(f.followed for f in response.relationships)
-    assert all(r.relation_score == 0 for r in response.results)
+    assert all(r.scores["relation"] == 0 for r in response.results)
     assert response.doc_ids[0] == doc("ledger.md")
 
 
@@ -213,8 +213,8 @@ def test_an_exact_identifier_is_rescued_by_the_keyword_signal(engine):
     assert engine.query(KEYWORD_QUESTION, mode="keyword", top_k=5).doc_ids[0] == doc("quota-errors.md")
     hybrid = engine.query(KEYWORD_QUESTION, top_k=5)
     assert hybrid.doc_ids[0] == doc("quota-errors.md")
-    assert hybrid.results[0].identifier_score == 1.0  # the question's one identifier, found in one page only
-    assert all(r.identifier_score == 0 for r in hybrid.results[1:])
+    assert hybrid.results[0].scores["identifier"] == 1.0  # the question's one identifier, found in one page only
+    assert all(r.scores["identifier"] == 0 for r in hybrid.results[1:])
 
 
 # --- catalog names in text ------------------------------------------------------------------------------------------
@@ -304,7 +304,7 @@ def test_a_names_only_catalog_reaches_the_readme_titled_x_service_in_the_x_folde
     vocabulary = set().union(*(content_words(t) for t in [*NAMES_ONLY_DOCS.values(), NAMES_ONLY_QUESTION]))
     with build_and_open_index(settings, vocabulary) as engine:
         response = engine.query(NAMES_ONLY_QUESTION, top_k=7)
-        relation = {r.doc_id: r.relation_score for r in response.results}
+        relation = {r.doc_id: r.scores["relation"] for r in response.results}
         about = {doc("vault/README.md"), doc("ledger/README.md"), doc("incidents/sealed.md")}
         assert set(response.doc_ids[:3]) == about
         assert all(relation[d] == 1.0 for d in about)

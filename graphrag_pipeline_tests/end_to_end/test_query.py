@@ -5,6 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from graphrag_pipeline.query.signals import SIGNALS
 from graphrag_pipeline.query import MODES, RETRIEVERS, IndexNotFoundError, QueryParameters, open_index
 
 from graphrag_pipeline_tests.conftest import build, folder_settings
@@ -28,7 +29,7 @@ def test_hybrid_finds_the_second_hop_that_vector_search_misses(engine):
     assert BRIDGE_DOC in hybrid.doc_ids
     assert not hybrid.fell_back_to_vector
     bridge = next(r for r in hybrid.results if r.doc_id == BRIDGE_DOC)
-    assert bridge.graph_score > 0
+    assert bridge.scores["graph"] > 0
     assert bridge.entity_path[0] == "Acme Robotics" and bridge.entity_path[-1] == "Mirela Vantongeren"
     assert bridge.hops_from_query == 1
     assert bridge.citations[0].doc_id == BRIDGE_DOC and bridge.source["title"] == "Mirela Vantongeren"
@@ -43,8 +44,8 @@ def test_result_fields_and_scores_are_consistent(engine):
     assert combined == sorted(combined, reverse=True)
     weights = engine.settings.retrieval
     for result in response.results:
-        expected = (weights.vector_weight * result.vector_score + weights.graph_weight * result.graph_score
-                    + weights.keyword_weight * result.keyword_score + weights.relation_weight * result.relation_score)
+        expected = (weights.vector_weight * result.scores["vector"] + weights.graph_weight * result.scores["graph"]
+                    + weights.keyword_weight * result.scores["keyword"] + weights.relation_weight * result.scores["relation"])
         assert result.combined_score == pytest.approx(expected, abs=1e-5)
         assert result.text and result.chunk_id and result.source["uri"]
     json.dumps(response.to_dict())  # serializable for agents
@@ -52,7 +53,7 @@ def test_result_fields_and_scores_are_consistent(engine):
 
 def test_graph_mode_ranks_by_graph_score_and_rrf_is_available(engine):
     graph = engine.query(QUESTION, mode="graph", top_k=4)
-    assert [r.combined_score for r in graph.results] == [r.graph_score for r in graph.results]
+    assert [r.combined_score for r in graph.results] == [r.scores["graph"] for r in graph.results]
     rrf = engine.query(QUESTION, fusion="rrf", top_k=6)
     vector = engine.query(QUESTION, mode="vector", top_k=6)
     assert [r.combined_score for r in rrf.results] == sorted((r.combined_score for r in rrf.results), reverse=True)
@@ -106,8 +107,7 @@ def test_the_response_json_keeps_the_shape_agents_and_the_cli_read(engine):
     fact_keys = {"source": str, "type": str, "target": str, "predicates": list, "weight": float, "doc_ids": list,
                  "followed": bool, "step": int, "source_system": str, "target_system": str}
     result_keys = {"chunk_id": str, "text": str, "doc_id": str, "source": dict, "entity_path": list,
-                   "vector_score": float, "graph_score": float, "combined_score": float, "hops_from_query": int,
-                   "citations": list, "keyword_score": float, "identifier_score": float, "relation_score": float}
+                   "combined_score": float, "hops_from_query": int, "scores": dict, "citations": list}
     for mode in MODES:
         payload = json.loads(json.dumps(engine.query(QUESTION, mode=mode, top_k=5).to_dict()))
         assert set(payload) == {"question", "mode", "results", "entities_mentioned", "relationships",
@@ -116,6 +116,9 @@ def test_the_response_json_keeps_the_shape_agents_and_the_cli_read(engine):
         for result in payload["results"]:
             assert {key: type(value) for key, value in result.items()} == result_keys
             assert all(set(c) == {"doc_id", "chunk_id", "title", "uri"} for c in result["citations"])
+            # One score per signal of the registry, in its order.
+            assert list(result["scores"]) == [signal.name for signal in SIGNALS]
+            assert all(isinstance(score, float) for score in result["scores"].values())
         for entity in payload["entities_mentioned"]:
             assert {key: type(value) for key, value in entity.items()} == entity_keys
         for fact in payload["relationships"]:
@@ -160,7 +163,7 @@ def test_no_entity_anywhere_falls_back_to_vector_search(tmp_path):
         response = index.query("which animal jumps over the dog?", top_k=2)
     assert response.fell_back_to_vector
     assert response.doc_ids[0] == "t:a.txt"
-    assert all(r.graph_score == 0 and r.entity_path == [] for r in response.results)
+    assert all(r.scores["graph"] == 0 and r.entity_path == [] for r in response.results)
 
 
 def test_opening_a_missing_index_says_what_to_do(tmp_path):

@@ -314,7 +314,7 @@ def test_bridge_passage_is_reached_through_the_entry_passage_that_names_it(engin
     assert bridge in hybrid.doc_ids and not hybrid.fell_back_to_vector
 
     result = next(r for r in hybrid.results if r.doc_id == bridge)
-    assert result.vector_score == 0 and result.graph_score == 1.0  # 1 x specificity(2) x subject bonus, clipped
+    assert result.scores["vector"] == 0 and result.scores["graph"] == 1.0  # 1 x specificity(2) x subject bonus, clipped
     assert result.entity_path == [a, b] and result.hops_from_query == 1
 
     # B is not in the question: it is a seed taken from A's passage (the top entry chunk), not a traversal hop.
@@ -529,7 +529,7 @@ def test_weighted_fusion_is_0_7_vector_plus_0_35_graph_plus_0_3_keyword_for_ever
     response = engine.query(question, fusion="weighted", top_k=10)
     assert response.results
     for result in response.results:
-        expected = 0.7 * result.vector_score + 0.35 * result.graph_score + 0.3 * result.keyword_score
+        expected = 0.7 * result.scores["vector"] + 0.35 * result.scores["graph"] + 0.3 * result.scores["keyword"]
         if result.chunk_id in retrieval.reached_from:
             assert result.combined_score <= expected + 2e-6
         else:
@@ -614,7 +614,7 @@ def test_no_linked_entity_and_no_entity_in_entry_chunks_falls_back_to_vector_sea
     assert response.fell_back_to_vector
     assert response.doc_ids[0] == "t:fox.txt"
     assert response.doc_ids == plain_engine.query(PLAIN_QUESTION, mode="vector", top_k=4).doc_ids
-    assert all(r.graph_score == 0 and r.entity_path == []
+    assert all(r.scores["graph"] == 0 and r.entity_path == []
                and r.combined_score == pytest.approx(
-                   weights.vector_weight * r.vector_score + weights.keyword_weight * r.keyword_score, abs=2e-6)
+                   weights.vector_weight * r.scores["vector"] + weights.keyword_weight * r.scores["keyword"], abs=2e-6)
                for r in response.results)
