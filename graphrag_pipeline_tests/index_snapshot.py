@@ -16,6 +16,7 @@ import numpy as np
 
 from graphrag_pipeline.lib.core.config import PipelineSettings
 from graphrag_pipeline.lib.compose.workspace import Workspace
+from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS, COMMUNITY_SUMMARY_PAYLOADS
 
 VECTOR_TOLERANCE = 1e-4
 
@@ -37,8 +38,8 @@ def index_snapshot(settings: PipelineSettings) -> dict[str, Any]:
                 rid: _record(r) for rid, r in graph.get_relationships(graph.all_relationship_ids()).items()
             },
             "mentions": graph.chunks_of_entities(entity_ids),
-            "communities": state.community_payloads(),
-            "summaries": state.community_summary_payloads(),
+            "communities": state.payloads(COMMUNITY_PAYLOADS),
+            "summaries": state.payloads(COMMUNITY_SUMMARY_PAYLOADS),
             "quarantine": {(q.stage, q.item_id): q.reason for q in state.quarantined()},
             "synced": bookkeeping,
             "indexed_points": {c: state.indexed_points(c) for c in vectors.collections()},

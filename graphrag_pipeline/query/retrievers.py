@@ -56,6 +56,7 @@ from graphrag_pipeline.query.keyword import KeywordIndex, identifiers
 from graphrag_pipeline.query.linking import CorpusCase, NameIndex, NameLink
 from graphrag_pipeline.query.models import Citation, Mode, QueryParameters
 from graphrag_pipeline.query.traversal import spread_activation
+from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS, COMMUNITY_SUMMARY_PAYLOADS, SOURCE_EXTRACTION_PAYLOADS
 
 SCORING_POOL = 100  # vector hits fetched to score graph-reached chunks by similarity too
 HIDDEN_SCAN = 1_000_000  # relationships read among the entities restricted documents mention, to find the hidden ones
@@ -226,7 +227,7 @@ class IndexReader:
         # among themselves, not with its teams or systems.
         catalogs: dict[tuple[str, str], dict[str, set[str]]] = {}
         # Only catalog pages state links (an eval set's shipped extractions, one per document, state none).
-        for doc_id, record in self.state.source_extractions(self._directory.catalog_pages).items():
+        for doc_id, record in self.state.payloads(SOURCE_EXTRACTION_PAYLOADS, self._directory.catalog_pages).items():
             typed = record.get(CATALOG_RECORD_KEY) or {}
             for subject in typed.get("names", {}):
                 group = (doc_id.split(":", 1)[0], typed.get("types", {}).get(subject, ""))
@@ -702,8 +703,8 @@ class GlobalRetriever:
 
     def passages(self, candidate_ids: Sequence[str]) -> dict[str, Passage]:
         state = self.index.state
-        summaries = state.community_summary_payloads(candidate_ids)
-        members = {cid: c["entity_ids"] for cid, c in state.community_payloads(summaries).items()}
+        summaries = state.payloads(COMMUNITY_SUMMARY_PAYLOADS, candidate_ids)
+        members = {cid: c["entity_ids"] for cid, c in state.payloads(COMMUNITY_PAYLOADS, summaries).items()}
         entities = self.index.graph.get_entities({eid for ids in members.values() for eid in ids})
         cited_ids = {cid: summaries[cid]["chunk_ids"][:CITATIONS_PER_SUMMARY] for cid in members}
         cited_chunks = {c.chunk_id: c for c in state.chunks(chunk_ids=[c for ids in cited_ids.values() for c in ids])}

@@ -26,7 +26,10 @@ from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.lib.stores.state.postgres import PostgresStateStore
 from graphrag_pipeline.lib.stores.state.sql import (
     CAUGHT_UP_MARK,
+    COMMUNITY_PAYLOADS,
+    COMMUNITY_SUMMARY_PAYLOADS,
     SCHEMA_VERSION,
+    SOURCE_EXTRACTION_PAYLOADS,
     SOURCES_CHANGED_MARK,
     UNSYNCED,
     WITHDRAWN_GROUP,
@@ -102,10 +105,17 @@ def test_an_index_of_version_1_is_migrated_and_its_json_payloads_read_next_to_co
         "community_summaries": ("k1", "h2", json.dumps({"summary": "Films."})),
         "source_extractions": ("d1", json.dumps({"entities": []})),
     }
+    v1_only_tables = {  # folded into the payloads table by version 5
+        "communities": "community_id TEXT PRIMARY KEY, level INTEGER NOT NULL, payload TEXT NOT NULL",
+        "community_summaries": "community_id TEXT PRIMARY KEY, content_hash TEXT NOT NULL, payload TEXT NOT NULL",
+        "source_extractions": "doc_id TEXT PRIMARY KEY, payload TEXT NOT NULL",
+    }
     with store.transaction() as conn:
         conn.execute("DELETE FROM schema_version WHERE version > 1")
+        for table, columns in v1_only_tables.items():
+            conn.execute(f"CREATE TABLE {table} ({columns})")
         for table, row in v1_rows.items():
-            if isinstance(store, PostgresStateStore):
+            if isinstance(store, PostgresStateStore) and table not in v1_only_tables:
                 conn.execute(f"ALTER TABLE {table} ALTER COLUMN payload TYPE TEXT USING convert_from(payload, 'UTF8')")
             conn.execute(f"INSERT INTO {table} VALUES ({', '.join('?' * len(row))})", row)
     store.close()
@@ -115,9 +125,10 @@ def test_an_index_of_version_1_is_migrated_and_its_json_payloads_read_next_to_co
     store.replace_elements("entity", {"e2": ("h3", json.dumps({"name": "Lake Kivu"}))}, [])
     assert store.element_payloads("entity") == {"e1": {"name": "Kiss and Tell"}, "e2": {"name": "Lake Kivu"}}
     assert store.extractions(["c1"], "key") == {"c1": extraction}
-    assert store.community_payloads() == {"k1": {"members": ["e1"]}}
-    assert store.community_summary_payloads(["k1"]) == {"k1": {"summary": "Films."}}
-    assert store.source_extractions(["d1"]) == {"d1": {"entities": []}}
+    assert store.payloads(COMMUNITY_PAYLOADS) == {"k1": {"members": ["e1"]}}
+    assert store.payloads(COMMUNITY_SUMMARY_PAYLOADS, ["k1"]) == {"k1": {"summary": "Films."}}
+    assert store.payload_hashes(COMMUNITY_SUMMARY_PAYLOADS) == {"k1": "h2"}
+    assert store.payloads(SOURCE_EXTRACTION_PAYLOADS, ["d1"]) == {"d1": {"entities": []}}
     stored = store.query("SELECT payload FROM elements WHERE element_id = 'e2'")[0][0]
     assert unpack_payload(stored) == json.dumps({"name": "Lake Kivu"}) and len(bytes(stored)) > 0
     assert bytes(stored)[:1] not in (b"{", b"[")  # written compressed
@@ -142,7 +153,7 @@ def test_element_hashes_of_a_version_3_index_are_cut_to_what_version_4_computes(
     store.replace_elements("entity", {"e1": (full, json.dumps({"name": "Lake Kivu"}))}, [])
     store.record_synced("entity", {"e1": full, "e2": UNSYNCED}, [])
     with store.transaction() as conn:
-        conn.execute("DELETE FROM schema_version WHERE version = 4")
+        conn.execute("DELETE FROM schema_version WHERE version >= 4")
     store.close()
 
     store = open_state()
@@ -178,7 +189,7 @@ def test_bookkeeping_of_a_version_3_index_moves_into_key_only_tables(tmp_path: P
             conn.execute(f"INSERT INTO {table} SELECT * FROM {table}_v4")
             conn.execute(f"DROP TABLE {table}_v4")
         conn.execute("CREATE INDEX indexed_points_shard ON indexed_points(collection, shard)")
-        conn.execute("DELETE FROM schema_version WHERE version = 4")
+        conn.execute("DELETE FROM schema_version WHERE version >= 4")
     store.close()
 
     store = SQLiteStateStore(tmp_path / "state.sqlite")
@@ -378,26 +389,34 @@ def test_source_bookkeeping(state: StateStore) -> None:
     state.record_seen_sources([0], {"wiki:a": "h1", "wiki:b": "h2"}, {"wiki:a": 0, "wiki:b": 0}, "wiki")
     state.record_seen_sources([0], {"wiki:a": "h1b"}, {"wiki:a": 0}, "wiki")  # b no longer seen
     assert state.seen_source_hashes() == {"wiki:a": "h1b"}
-    state.store_source_extractions({"wiki:a": {"entities": ["x"]}})
-    assert state.source_extractions(["wiki:a", "wiki:b"]) == {"wiki:a": {"entities": ["x"]}}
+    state.write_payloads(SOURCE_EXTRACTION_PAYLOADS, {"wiki:a": ("", json.dumps({"entities": ["x"]}))})
+    assert state.payloads(SOURCE_EXTRACTION_PAYLOADS, ["wiki:a", "wiki:b"]) == {"wiki:a": {"entities": ["x"]}}
+    state.delete_documents(["wiki:a"])  # a deleted document's shipped extraction goes with it
+    assert state.payloads(SOURCE_EXTRACTION_PAYLOADS) == {}
 
 
-def test_communities_and_summaries(state: StateStore) -> None:
-    state.replace_communities({"c1": (0, '{"members": ["e1"]}'), "c2": (1, '{"members": ["e2"]}')})
-    state.replace_communities({"c1": (0, '{"members": ["e1", "e3"]}')})
-    assert state.community_payloads() == {"c1": {"members": ["e1", "e3"]}}
-    assert state.community_payloads([]) == {}
-    state.replace_community_summaries({"c1": ("h1", '{"summary": "one"}'), "c2": ("h2", '{"summary": "two"}')}, [])
-    state.replace_community_summaries({}, ["c2"])
-    assert state.community_summary_hashes() == {"c1": "h1"}
-    assert state.community_summary_payloads(["c1"]) == {"c1": {"summary": "one"}}
+def test_payload_namespaces_hold_one_document_per_item(state: StateStore) -> None:
+    state.write_payloads(COMMUNITY_PAYLOADS, {"c1": ("", '{"members": ["e1"]}'), "c2": ("", '{"members": ["e2"]}')})
+    state.write_payloads(COMMUNITY_PAYLOADS, {"c1": ("", '{"members": ["e1", "e3"]}')}, replace_all=True)
+    assert state.payloads(COMMUNITY_PAYLOADS) == {"c1": {"members": ["e1", "e3"]}}
+    assert state.payloads(COMMUNITY_PAYLOADS, []) == {}
+    state.write_payloads(COMMUNITY_SUMMARY_PAYLOADS,
+                         {"c1": ("h1", '{"summary": "one"}'), "c2": ("h2", '{"summary": "two"}')})
+    state.write_payloads(COMMUNITY_SUMMARY_PAYLOADS, {}, ["c2"])
+    assert state.payload_hashes(COMMUNITY_SUMMARY_PAYLOADS) == {"c1": "h1"}
+    assert state.payloads(COMMUNITY_SUMMARY_PAYLOADS, ["c1"]) == {"c1": {"summary": "one"}}
+    # Namespaces are apart: the same item id in two of them, and a replace_all in one leaves the other.
+    assert state.payloads(COMMUNITY_PAYLOADS, ["c1"]) == {"c1": {"members": ["e1", "e3"]}}
+    state.write_payloads("a-new-artifact", {"c1": ("h9", '{"claims": []}')}, replace_all=True)
+    assert state.payloads(COMMUNITY_SUMMARY_PAYLOADS) == {"c1": {"summary": "one"}}
+    assert state.payloads("a-new-artifact") == {"c1": {"claims": []}}
     many = {f"m{i:04d}": (f"h{i}", f'{{"summary": "{i}"}}') for i in range(2000)}  # more than one batch of ids
-    state.replace_community_summaries(many, [])
+    state.write_payloads(COMMUNITY_SUMMARY_PAYLOADS, many)
     asked = [f"m{i:04d}" for i in range(0, 2000, 2)] + ["c1", "c2", "absent", "m0000"]
-    assert state.community_summary_payloads(asked) == {
+    assert state.payloads(COMMUNITY_SUMMARY_PAYLOADS, asked) == {
         "c1": {"summary": "one"}, **{f"m{i:04d}": {"summary": str(i)} for i in range(0, 2000, 2)}}
-    assert state.community_summary_payloads([]) == {}
-    assert len(state.community_summary_payloads()) == 2001
+    assert state.payloads(COMMUNITY_SUMMARY_PAYLOADS, []) == {}
+    assert list(state.payloads(COMMUNITY_SUMMARY_PAYLOADS)) == sorted(["c1", *many])  # by item id
 
 
 def test_state_backend_postgres_selected_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,

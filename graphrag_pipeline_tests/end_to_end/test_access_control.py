@@ -34,6 +34,7 @@ from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.defs.element_summaries.assets import element_summaries
 from graphrag_pipeline.query import explore, open_index
 from graphrag_pipeline.query.access import ReaderAccess
+from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_SUMMARY_PAYLOADS
 
 pytestmark = pytest.mark.slow
 
@@ -228,7 +229,7 @@ def test_a_public_relationship_shows_other_callers_only_the_wording_public_docum
 def test_a_summary_is_shown_only_to_callers_who_may_read_every_document_it_was_written_from(index):
     """Caught mutation: the summary rule "every document readable" turned into "any document readable" (the mixed
     community's summary is written from public documents and LAUNCH)."""
-    summaries = index.state.community_summary_payloads()
+    summaries = index.state.payloads(COMMUNITY_SUMMARY_PAYLOADS)
     mixed = {cid for cid, s in summaries.items()
              if LAUNCH_DOC in s["written_from"] and "t:payments.md" in s["written_from"]}
     assert mixed, "the fixture must put LAUNCH in a community with public documents"

@@ -7,6 +7,7 @@ import pytest
 
 from graphrag_pipeline.lib.stages.community_summaries import generic_entity_types
 from graphrag_pipeline.query import open_index
+from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS, COMMUNITY_SUMMARY_PAYLOADS
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +38,7 @@ def folder(doc_id: str) -> str:
 
 def member_folders(engine, community_id: str) -> Counter:
     """How many of the community's members' documents lie in each folder."""
-    members = engine.state.community_payloads([community_id])[community_id]["entity_ids"]
+    members = engine.state.payloads(COMMUNITY_PAYLOADS, [community_id])[community_id]["entity_ids"]
     entities = engine.state.element_payloads("entity", members)
     return Counter(folder(doc) for entity in entities.values() for doc in entity["doc_ids"])
 
@@ -59,8 +60,8 @@ def test_a_broad_question_returns_the_communities_of_its_subsystem(engine, subsy
 def test_titles_are_led_by_typed_members_whenever_a_community_has_some(engine, sample_settings):
     generic = generic_entity_types(sample_settings)
     assert {"CONCEPT", "PERSON", "LOCATION"} <= generic
-    summaries = engine.state.community_summary_payloads()
-    communities = engine.state.community_payloads(summaries)
+    summaries = engine.state.payloads(COMMUNITY_SUMMARY_PAYLOADS)
+    communities = engine.state.payloads(COMMUNITY_PAYLOADS, summaries)
     entities = engine.state.element_payloads("entity")
     led_by_typed = 0
     for community_id, summary in summaries.items():

@@ -27,6 +27,7 @@ from graphrag_pipeline_tests.fake_llm_server import (
     prompt_of,
 )
 from graphrag_pipeline_tests.end_to_end.test_dagster_chain import metadata, range_tags
+from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_SUMMARY_PAYLOADS
 
 pytestmark = pytest.mark.slow
 
@@ -179,7 +180,7 @@ def test_summaries_and_community_reports_come_from_the_model(project, first_run)
     settings = load_settings(project)
     with SQLiteStateStore(Path(settings.index_dir) / "state.sqlite", read_only=True) as state:
         descriptions = [p["description"] for p in state.element_payloads("entity").values()]
-        reports = list(state.community_summary_payloads().values())
+        reports = list(state.payloads(COMMUNITY_SUMMARY_PAYLOADS).values())
     assert any(d.startswith("LLM summary of payments-api") for d in descriptions)
     assert reports and all(r["title"].startswith("Report on ") and r["rating"] == 7 for r in reports)
     with open_index(project) as index:

@@ -32,6 +32,7 @@ from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline_tests.conftest import SAMPLE_CORPUS, folder_settings
 from graphrag_pipeline_tests.conftest import build as build_with
 from graphrag_pipeline_tests.index_snapshot import assert_same_index, index_snapshot
+from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS
 
 pytestmark = pytest.mark.slow
 
@@ -74,21 +75,21 @@ def build(config: Path, embedder: OnnxEmbedder | None = None, index_dir: Path | 
         return build_everything(ws)
 
 
-def starting_partition(config: Path) -> tuple[dict[str, tuple[int, str]], str | None]:
+def starting_partition(config: Path) -> tuple[dict[str, tuple[str, str]], str | None]:
     """The communities an incremental run starts from, and the mark of the last full re-clustering."""
     with Workspace(load_settings(config)) as ws:
-        payloads = ws.state.community_payloads()
-        return ({cid: (p["level"], json.dumps(p)) for cid, p in payloads.items()},
+        payloads = ws.state.payloads(COMMUNITY_PAYLOADS)
+        return ({cid: ("", json.dumps(p)) for cid, p in payloads.items()},
                 ws.state.stage_mark(FULL_RUN_MARK))
 
 
-def build_from_scratch(config: Path, index_dir: Path, partition: tuple[dict[str, tuple[int, str]], str | None]):
+def build_from_scratch(config: Path, index_dir: Path, partition: tuple[dict[str, tuple[str, str]], str | None]):
     """A from-scratch build given the same starting partition (what an incremental re-sync is to equal): the whole
     build, then its communities brought level from ``partition`` instead of clustered anew."""
     build(config, index_dir=index_dir)
     with Workspace(load_settings(config, index_dir=str(index_dir))) as ws:
         communities, mark = partition
-        ws.state.replace_communities(communities)
+        ws.state.write_payloads(COMMUNITY_PAYLOADS, communities, replace_all=True)
         ws.state.record_stage_mark(FULL_RUN_MARK, mark)
         for name in ("communities", "community_summaries"):
             stage(name).execute(ws)

@@ -20,6 +20,7 @@ from graphrag_pipeline.lib.core.models import Chunk, ChunkExtraction, EntityMent
 from graphrag_pipeline.lib.core.progress import ProgressListener, StepProgress
 from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.lib.stores.protocols import Embedder, GraphStore, VectorStore
+from graphrag_pipeline.lib.stores.state.sql import SOURCE_EXTRACTION_PAYLOADS
 
 T = TypeVar("T")
 Provided = T | Callable[[], T] | None  # an instance, a factory called on first use, or None for the configured one
@@ -143,7 +144,7 @@ class Workspace:
         """The extraction records of every catalog source's documents (their entities, names and facts)."""
         doc_ids = [doc_id for source in self.settings.sources if source.kind == "catalog"
                    for doc_id in self.state.document_hashes(source=source.name)]
-        return list(self.state.source_extractions(doc_ids).values()) if doc_ids else []
+        return list(self.state.payloads(SOURCE_EXTRACTION_PAYLOADS, doc_ids).values()) if doc_ids else []
 
     @cached_property
     def catalog_names(self) -> dict[str, str]:
@@ -178,7 +179,7 @@ class Workspace:
         """Chunks of catalog documents get the catalog's exact typed facts; all others the configured extractor."""
         from graphrag_pipeline.lib.sources.catalog import extract_with_catalogs
 
-        records = self.state.source_extractions({c.doc_id for c in chunks})
+        records = self.state.payloads(SOURCE_EXTRACTION_PAYLOADS, {c.doc_id for c in chunks})
         return extract_with_catalogs(chunks, records, self.settings.ontology, self._extract_text)
 
     def _extract_text(self, chunks: Sequence[Chunk]) -> tuple[list[ChunkExtraction], list[Quarantined]]:
@@ -186,7 +187,7 @@ class Workspace:
         if extractor == "precomputed":
             from graphrag_pipeline.lib.extract.offline import precomputed_extractions
 
-            records = self.state.source_extractions({c.doc_id for c in chunks})
+            records = self.state.payloads(SOURCE_EXTRACTION_PAYLOADS, {c.doc_id for c in chunks})
             result = precomputed_extractions(chunks, records, self.settings.ontology)
             return list(result.extractions), list(result.quarantined)
         titles = self.state.document_titles({c.doc_id for c in chunks})

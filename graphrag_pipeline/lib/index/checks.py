@@ -14,6 +14,7 @@ from typing import Any, Iterable
 from graphrag_pipeline.lib.core.models import Entity, Relationship
 from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES, GraphStore, VectorStore
+from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS, COMMUNITY_SUMMARY_PAYLOADS
 
 EXAMPLES = 5  # ids named in a failing check's description (the counts are complete)
 
@@ -52,7 +53,7 @@ def entity_vectors(state: StateStore, published: VectorStore) -> CheckOutcome:
 
 
 def community_vectors(state: StateStore, published: VectorStore) -> CheckOutcome:
-    return vectors_match(COMMUNITIES, set(state.community_summary_hashes()), published, "community summaries")
+    return vectors_match(COMMUNITIES, set(state.payload_hashes(COMMUNITY_SUMMARY_PAYLOADS)), published, "community summaries")
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ def communities_cover_graph(state: StateStore, graph: GraphStore) -> CheckOutcom
     every connected entity (finer levels split only the communities that were too large; isolated entities have no
     community by design)."""
     connected = {node for a, b, _ in graph.weighted_edges() for node in (a, b)}
-    communities = state.community_payloads().values()
+    communities = state.payloads(COMMUNITY_PAYLOADS).values()
     covered = {eid for c in communities if c["level"] == 0 for eid in c["entity_ids"]}
     uncovered = connected - covered
     metadata = {"connected_entities": len(connected), "covered": len(connected & covered),

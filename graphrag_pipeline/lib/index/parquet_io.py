@@ -24,7 +24,13 @@ import pyarrow.parquet as pq
 from graphrag_pipeline.lib.core.ids import content_hash
 from graphrag_pipeline.lib.core.models import Chunk, Document
 from graphrag_pipeline.lib.stores.state.protocol import StateStore
-from graphrag_pipeline.lib.stores.state.sql import access_groups_of, extraction_from_json, unpack_payload
+from graphrag_pipeline.lib.stores.state.sql import (
+    COMMUNITY_PAYLOADS,
+    COMMUNITY_SUMMARY_PAYLOADS,
+    access_groups_of,
+    extraction_from_json,
+    unpack_payload,
+)
 from graphrag_pipeline.lib.stages import STAGES, StageReport
 from graphrag_pipeline.lib.stages.embeddings import chunk_embedding_text
 from graphrag_pipeline.lib.stages.vectors import built_from, text_key
@@ -55,6 +61,7 @@ def export_tables(state: StateStore, embedder_model: str, dimension: int,
     chunks = state.chunks()
     titles = {d.doc_id: d.title for d in documents}
     cache = dict(state.query("SELECT text_hash, vector FROM embedding_cache WHERE model = ?", [embedder_model]))
+    summary_hashes = state.payload_hashes(COMMUNITY_SUMMARY_PAYLOADS)
     for text_hash, stored in (stored_vectors or {}).items():
         cache.setdefault(text_hash, np.asarray(stored, dtype=np.float32).tobytes())
 
@@ -92,15 +99,14 @@ def export_tables(state: StateStore, embedder_model: str, dimension: int,
         "relationships": _element_rows(state, "relationship", ("source_id", "target_id", "type", "description",
                                                                "weight", "doc_ids")),
         "communities": [
-            _with_fields({"community_id": cid, "level": level, "payload": unpack_payload(payload)},
+            _with_fields({"community_id": cid, "level": community["level"], "payload": json.dumps(community)},
                          ("parent_id", "entity_ids", "child_ids"))
-            for cid, level, payload in state.query("SELECT community_id, level, payload FROM communities ORDER BY community_id")
+            for cid, community in state.payloads(COMMUNITY_PAYLOADS).items()
         ],
         "community_summaries": [
-            _with_fields({"community_id": cid, "content_hash": digest, "payload": unpack_payload(payload)},
+            _with_fields({"community_id": cid, "content_hash": summary_hashes[cid], "payload": json.dumps(summary)},
                          ("level", "title", "summary", "rating", "chunk_ids", "written_from"))
-            for cid, digest, payload in state.query(
-                "SELECT community_id, content_hash, payload FROM community_summaries ORDER BY community_id")
+            for cid, summary in state.payloads(COMMUNITY_SUMMARY_PAYLOADS).items()
         ],
         "embeddings": [
             {"text_hash": h, "vector": np.frombuffer(blob, dtype=np.float32).tolist()} for h, blob in sorted(cache.items())
@@ -252,10 +258,10 @@ def load_state(state: StateStore, tables: dict[str, pa.Table], embedder_model: s
     for kind, table in (("entity", "entities"), ("relationship", "relationships")):
         state.replace_elements(kind, {r["element_id"]: (r["content_hash"], r["payload"])
                                       for r in tables[table].to_pylist()}, [])
-    state.replace_communities({r["community_id"]: (r["level"], r["payload"])
-                               for r in tables["communities"].to_pylist()})
-    state.replace_community_summaries({r["community_id"]: (r["content_hash"], r["payload"])
-                                       for r in tables["community_summaries"].to_pylist()}, [])
+    state.write_payloads(COMMUNITY_PAYLOADS, {r["community_id"]: ("", r["payload"])
+                                              for r in tables["communities"].to_pylist()}, replace_all=True)
+    state.write_payloads(COMMUNITY_SUMMARY_PAYLOADS, {r["community_id"]: (r["content_hash"], r["payload"])
+                                                      for r in tables["community_summaries"].to_pylist()})
 
 
 def entity_name_vectors(ws: Workspace) -> dict[str, np.ndarray]:

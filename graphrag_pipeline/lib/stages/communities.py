@@ -11,6 +11,7 @@ from graphrag_pipeline.lib.core.config import CommunityConfig
 from graphrag_pipeline.lib.core.models import Community
 from graphrag_pipeline.lib.stages.report import StageReport
 from graphrag_pipeline.lib.compose.workspace import Workspace
+from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS
 
 # When the last full re-clustering ran and how many entities incremental runs have re-clustered since.
 FULL_RUN_MARK = "communities:full_run"
@@ -22,7 +23,7 @@ def build_communities(ws: Workspace) -> StageReport:
     config = ws.settings.communities
     with report.timed("edges"):
         edges = ws.graph_store.weighted_edges()
-        previous = [community_from_payload(p) for p in ws.state.community_payloads().values()]
+        previous = [community_from_payload(p) for p in ws.state.payloads(COMMUNITY_PAYLOADS).values()]
     entity_count = len({end for source, target, _ in edges for end in (source, target)})
     since_full = json.loads(ws.state.stage_mark(FULL_RUN_MARK) or "null")
     full = why_full(config, previous, since_full, entity_count, time.time())
@@ -36,7 +37,8 @@ def build_communities(ws: Workspace) -> StageReport:
     progress.advance(len(edges))
     communities = update.communities
     with report.timed("store"):
-        ws.state.replace_communities({c.community_id: (c.level, json.dumps(c.to_dict())) for c in communities})
+        ws.state.write_payloads(COMMUNITY_PAYLOADS, {c.community_id: ("", json.dumps(c.to_dict())) for c in communities},
+                                replace_all=True)
         ws.state.record_stage_mark(FULL_RUN_MARK, json.dumps(
             {"at": time.time(), "reclustered": 0} if full else
             {**since_full, "reclustered": since_full["reclustered"] + update.reclustered_entities}))

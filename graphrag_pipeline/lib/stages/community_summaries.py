@@ -26,6 +26,7 @@ from graphrag_pipeline.lib.stages.vectors import GLOBAL_SHARD, embed_texts_cache
 from graphrag_pipeline.lib.stores.state.sql import CAUGHT_UP_MARK, CHUNKS_REMOVED_MARK, SOURCES_CHANGED_MARK
 from graphrag_pipeline.lib.stores.protocols import COMMUNITIES
 from graphrag_pipeline.lib.compose.workspace import Workspace
+from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS, COMMUNITY_SUMMARY_PAYLOADS
 
 # A community's vector is the mean vector of the chunks where its members meet most (the first ones its summary
 # cites), which the embeddings stage has already embedded. Embedding each summary's text instead cost about as much
@@ -44,11 +45,12 @@ def summarize_communities(ws: Workspace) -> StageReport:
     with report.timed("diff"):
         plan = _plan(ws)
     written = _write_summaries(ws, plan, report)
-    ws.state.replace_community_summaries(
+    ws.state.write_payloads(
+        COMMUNITY_SUMMARY_PAYLOADS,
         {cid: (plan.hashes[cid], json.dumps({**summary.to_dict(), "written_from": plan.written_from(cid)}))
          for cid, summary in written.items()},
         plan.changes.removed)
-    summaries = ws.state.community_summary_payloads()
+    summaries = ws.state.payloads(COMMUNITY_SUMMARY_PAYLOADS)
     _index_summaries(ws, plan, summaries, report)
     report.counts.update(communities=len(plan.communities), summarized=len(plan.changes.changed),
                          reused=len(plan.communities) - len(plan.changes.changed), removed=len(plan.changes.removed))
@@ -88,7 +90,7 @@ def _plan(ws: Workspace) -> _SummaryPlan:
     from graphrag_pipeline.lib.llm.summaries import report_version
 
     config = ws.settings.communities
-    communities = [c for c in (community_from_payload(p) for p in ws.state.community_payloads().values())
+    communities = [c for c in (community_from_payload(p) for p in ws.state.payloads(COMMUNITY_PAYLOADS).values())
                    if len(c.entity_ids) >= config.min_size]
     # Read from the graph store, which the graph stage has made equal to the merged elements: its records are the
     # fields a summary reads, without the payloads' description parts (a third of the time of a re-sync).
@@ -106,7 +108,7 @@ def _plan(ws: Workspace) -> _SummaryPlan:
         extractive = community_content_hash(c, entities, sources[c.community_id])
         hashes[c.community_id] = (content_hash(extractive, summarizer_key) if c.community_id in reported_by_llm
                                   else extractive)
-    changes = Changes.between(hashes, ws.state.community_summary_hashes())
+    changes = Changes.between(hashes, ws.state.payload_hashes(COMMUNITY_SUMMARY_PAYLOADS))
     return _SummaryPlan(communities, entities, sources, hashes, reported_by_llm, changes)
 
 

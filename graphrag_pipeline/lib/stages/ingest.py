@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Iterable
 
 from graphrag_pipeline.lib.core.ids import stable_shard
@@ -12,6 +13,7 @@ from graphrag_pipeline.lib.sources.reader import ReadContext, SourceScan
 from graphrag_pipeline.lib.sources.registry import read_source
 from graphrag_pipeline.lib.stages.report import StageReport
 from graphrag_pipeline.lib.compose.workspace import Workspace
+from graphrag_pipeline.lib.stores.state.sql import SOURCE_EXTRACTION_PAYLOADS
 
 
 def ingest_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
@@ -40,7 +42,8 @@ def ingest_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
                 ws.state.delete_documents(deleted)
             extractions = {k: v for k, v in scan.extractions.items() if k in present}
             if extractions:
-                ws.state.store_source_extractions(extractions)
+                ws.state.write_payloads(SOURCE_EXTRACTION_PAYLOADS,
+                                        {doc_id: ("", json.dumps(record)) for doc_id, record in extractions.items()})
             # Problems are re-reported on every read: forget the old verdicts on changed and deleted items, then
             # record today's.
             ws.state.clear_quarantine(SOURCES_STAGE, [d.doc_id for d in changed] + deleted)

@@ -16,6 +16,7 @@ from graphrag_pipeline.lib.core.config import load_settings
 from graphrag_pipeline.lib.core.models import Community, Entity, Relationship
 from graphrag_pipeline.lib.stages.communities import community_from_payload
 from graphrag_pipeline.lib.compose.workspace import Workspace
+from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS
 
 
 def clique(prefix: str, size: int, weight: float = 1.0) -> list[tuple[str, str, float]]:
@@ -514,7 +515,7 @@ def test_an_edit_inside_one_group_re_clusters_and_re_summarizes_that_group_alone
     workspace = Workspace(settings)
     try:
         edges = workspace.graph_store.weighted_edges()
-        stored = [community_from_payload(p) for p in workspace.state.community_payloads().values()]
+        stored = [community_from_payload(p) for p in workspace.state.payloads(COMMUNITY_PAYLOADS).values()]
         assert json.loads(workspace.state.stage_mark(FULL_RUN_MARK))["reclustered"] == 0
     finally:
         workspace.close()

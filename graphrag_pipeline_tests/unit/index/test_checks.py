@@ -17,6 +17,7 @@ from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES
 from graphrag_pipeline.lib.compose.workspace import Workspace
 
 from graphrag_pipeline_tests.conftest import FIXTURES, build, folder_settings
+from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS
 
 pytestmark = pytest.mark.slow
 
@@ -122,7 +123,7 @@ def test_an_entity_without_provenance_fails(index):
 
 def test_communities_that_miss_connected_entities_fail(index):
     with Workspace(folder_settings(index, FIXTURES / "multihop")) as ws:
-        ws.state.replace_communities({})
+        ws.state.write_payloads(COMMUNITY_PAYLOADS, {}, replace_all=True)
 
     outcome = run_checks(index)["communities_cover_graph"]
 

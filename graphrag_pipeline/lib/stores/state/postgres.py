@@ -21,6 +21,7 @@ import psycopg2
 from graphrag_pipeline.lib.stores.state.sql import (
     PAYLOAD_TABLES,
     SHORTER_ELEMENT_HASHES,
+    fold_into_payloads,
     IndexBusyError,
     SQLStateStore,
     schema,
@@ -35,11 +36,10 @@ _UPSERT_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "extractions": (("chunk_id", "extractor_key"), ("payload",)),
     "elements": (("kind", "element_id"), ("content_hash", "payload")),
     "synced": (("kind", "element_id"), ("content_hash",)),
-    "community_summaries": (("community_id",), ("content_hash", "payload")),
     "quarantine": (("stage", "item_id"), ("reason", "raw", "recorded_at")),
     "source_marks": (("source", "shard"), ("modified_through", "full_read_at")),
     "seen_sources": (("doc_id",), ("shard", "content_hash")),
-    "source_extractions": (("doc_id",), ("payload",)),
+    "payloads": (("namespace", "item_id"), ("content_hash", "payload")),
     "merged_extractions": (("chunk_id",), ("extractor_key", "payload_hash")),
     "stage_marks": (("stage",), ("mark",)),
 }
@@ -92,10 +92,10 @@ class PostgresStateStore(SQLStateStore):
 
     # Version 2 stores payloads compressed, which a TEXT column refuses: they become BYTEA, the JSON already there
     # as its UTF-8 bytes (unpack_payload reads both). Version 4 changes how payloads are compressed, and of
-    # the tables here only the length of elements' hashes.
-    MIGRATIONS = {2: "; ".join(f"ALTER TABLE {table} ALTER COLUMN payload TYPE BYTEA USING convert_to(payload, 'UTF8')"
-                               for table in PAYLOAD_TABLES),
-                  3: "", 4: SHORTER_ELEMENT_HASHES}
+    # the tables here only the length of elements' hashes. Version 5 folds three payload tables into one.
+    MIGRATIONS = {2: "; ".join(f"ALTER TABLE IF EXISTS {table} ALTER COLUMN payload TYPE BYTEA "
+                               "USING convert_to(payload, 'UTF8')" for table in PAYLOAD_TABLES),
+                  3: "", 4: SHORTER_ELEMENT_HASHES, 5: fold_into_payloads("BYTEA")}
 
     def __init__(self, url: str, *, read_only: bool = False):
         self.url = url
@@ -162,4 +162,4 @@ class PostgresStateStore(SQLStateStore):
     def exists(self) -> bool:
         """Whether a build has created the tables in this database (the last table of the schema, so a first
         build killed while creating them counts as none)."""
-        return self.query("SELECT to_regclass('source_extractions') IS NOT NULL")[0][0]
+        return self.query("SELECT to_regclass('payloads') IS NOT NULL")[0][0]

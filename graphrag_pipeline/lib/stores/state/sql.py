@@ -16,7 +16,7 @@ import re
 import time
 import zlib
 from pathlib import Path
-from typing import Any, ClassVar, Collection, ContextManager, Iterable, Iterator, Literal, Sequence
+from typing import Any, ClassVar, Collection, ContextManager, Iterable, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -40,9 +40,10 @@ UNSYNCED = "unsynced"
 # The version of the tables below. A change to them bumps it and adds the statements that bring an index of the
 # previous version up to it to StateStore.MIGRATIONS, so an existing index is migrated in place rather than rebuilt, and a
 # pipeline older than the index it opens refuses it instead of writing rows in a layout it does not know.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 IN_BATCH = 900  # ids per "IN (...)" list: SQLite takes at most 999 parameters per statement
 # The tables whose ``payload`` column holds JSON written by the pipeline: stored zlib-compressed since version 2.
+# The tables whose payloads version 2 compressed (the last three live in ``payloads`` since version 5).
 PAYLOAD_TABLES = ("extractions", "elements", "communities", "community_summaries", "source_extractions")
 # Level 1: the payloads shrink about as much as at the default level (ids and repeated keys are most of them), at a
 # fraction of the time, and element summaries write tens of thousands of them per build.
@@ -132,16 +133,6 @@ CREATE TABLE IF NOT EXISTS synced (            -- what the graph store holds, by
     content_hash TEXT NOT NULL,
     PRIMARY KEY (kind, element_id)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS communities (
-    community_id TEXT PRIMARY KEY,
-    level INTEGER NOT NULL,
-    payload TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS community_summaries (
-    community_id TEXT PRIMARY KEY,
-    content_hash TEXT NOT NULL,
-    payload TEXT NOT NULL
-);
 CREATE TABLE IF NOT EXISTS quarantine (
     stage TEXT NOT NULL,
     item_id TEXT NOT NULL,
@@ -171,11 +162,27 @@ CREATE TABLE IF NOT EXISTS stage_marks (          -- what a corpus-wide stage's 
     stage TEXT PRIMARY KEY,
     mark TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS source_extractions (   -- extractions shipped with a source (eval sets), by document
-    doc_id TEXT PRIMARY KEY,
-    payload TEXT NOT NULL
-);
+CREATE TABLE IF NOT EXISTS payloads (             -- one JSON document per item of a namespace (PAYLOAD_NAMESPACES)
+    namespace TEXT NOT NULL,
+    item_id TEXT NOT NULL,
+    content_hash TEXT NOT NULL,                   -- '' where the namespace keeps none
+    payload BLOB NOT NULL,
+    PRIMARY KEY (namespace, item_id)
+) WITHOUT ROWID;
 """
+
+# The namespaces of the payloads table: what each artifact is stored as. A new artifact kept as one JSON document per
+# id is a name here, written and read with write_payloads / payloads / payload_hashes; no new table or method.
+COMMUNITY_PAYLOADS = "community"  # community id -> Community.to_dict()
+COMMUNITY_SUMMARY_PAYLOADS = "community_summary"  # community id -> its summary, hashed by what it was written from
+SOURCE_EXTRACTION_PAYLOADS = "source_extraction"  # document id -> the extraction its source shipped (eval sets)
+
+# The tables version 5 folded into ``payloads``: (table, namespace, its key column, its hash column or '').
+_FOLDED_INTO_PAYLOADS = (
+    ("communities", COMMUNITY_PAYLOADS, "community_id", "''"),
+    ("community_summaries", COMMUNITY_SUMMARY_PAYLOADS, "community_id", "content_hash"),
+    ("source_extractions", SOURCE_EXTRACTION_PAYLOADS, "doc_id", "''"),
+)
 
 
 # Version 4's element hashes are the first 128 bits of version 3's: cut in place, they still match what was synced.
@@ -183,6 +190,21 @@ SHORTER_ELEMENT_HASHES = "; ".join(f"UPDATE {table} SET content_hash = substr(co
                                    for table in ("elements", "synced"))
 # Bookkeeping whose rows are little more than their key (WITHOUT ROWID: see StateStore.MIGRATIONS).
 _KEY_ONLY_TABLES = ("indexed_points", "synced", "merged_extractions")
+
+
+def fold_into_payloads(payload_type: str) -> str:
+    """Version 5's statements: the rows of the communities, community_summaries and source_extractions tables
+    become items of their namespaces in ``payloads``, and the tables go. A database created at version 5 runs them
+    too (its migrations start from none), so each table is created first if it is not there."""
+    statements = []
+    for table, namespace, key, digest in _FOLDED_INTO_PAYLOADS:
+        digest_column = "" if digest == "''" else f"{digest} TEXT NOT NULL, "
+        statements += [
+            f"CREATE TABLE IF NOT EXISTS {table} ({key} TEXT PRIMARY KEY, {digest_column}payload {payload_type} NOT NULL)",
+            f"INSERT INTO payloads SELECT '{namespace}', {key}, {digest}, payload FROM {table}",
+            f"DROP TABLE {table}",
+        ]
+    return "; ".join(statements)
 
 
 # What the PostgreSQL schema says instead of SQLite's: its binary type, its double, and no rowid to leave out.
@@ -411,7 +433,8 @@ class SQLStateStore(abc.ABC):
             if doc_ids:
                 conn.execute("INSERT OR REPLACE INTO stage_marks VALUES (?, ?)", (CHUNKS_REMOVED_MARK, "1"))
             conn.executemany("DELETE FROM documents WHERE doc_id = ?", [(d,) for d in doc_ids])
-            conn.executemany("DELETE FROM source_extractions WHERE doc_id = ?", [(d,) for d in doc_ids])
+            conn.executemany("DELETE FROM payloads WHERE namespace = ? AND item_id = ?",
+                             [(SOURCE_EXTRACTION_PAYLOADS, d) for d in doc_ids])
             conn.executemany("DELETE FROM document_access WHERE doc_id = ?", [(d,) for d in doc_ids])
             conn.executemany("INSERT INTO document_access VALUES (?, ?)", [(d, WITHDRAWN_GROUP) for d in doc_ids])
             _mark_sources_changed(conn, [f"{d}:deleted" for d in doc_ids])
@@ -704,17 +727,6 @@ class SQLStateStore(abc.ABC):
                              [(cid, key, digest) for cid, (key, digest) in merged.items()])
             conn.execute("INSERT OR REPLACE INTO stage_marks VALUES (?, ?)", ("element_summaries", mark))
 
-    def store_source_extractions(self, records: dict[str, dict]) -> None:
-        with self.transaction() as conn:
-            conn.executemany(
-                "INSERT OR REPLACE INTO source_extractions VALUES (?, ?)",
-                [(doc_id, pack_payload(json.dumps(record))) for doc_id, record in records.items()],
-            )
-
-    def source_extractions(self, doc_ids: Iterable[str]) -> dict[str, dict]:
-        rows = self._rows_with_ids("SELECT doc_id, payload FROM source_extractions WHERE doc_id IN ({ids})", set(doc_ids))
-        return {d: _loads(p) for d, p in rows}
-
     # --- merged elements, graph sync, communities ---------------------------------------------------------------
 
     def element_hashes(self, kind: str, table: str = "elements", element_ids: Iterable[str] | None = None) -> dict[str, str]:
@@ -754,40 +766,33 @@ class SQLStateStore(abc.ABC):
             conn.executemany("DELETE FROM synced WHERE kind = ? AND element_id = ?", [(kind, e) for e in removed])
             conn.executemany("INSERT OR REPLACE INTO synced VALUES (?, ?, ?)", [(kind, e, h) for e, h in hashes.items()])
 
-    def replace_communities(self, communities: dict[str, tuple[int, str]]) -> None:
+    # --- payloads: one JSON document per item of a namespace ------------------------------------------------------
+
+    def write_payloads(self, namespace: str, upserts: Mapping[str, tuple[str, str]], removed: Iterable[str] = (),
+                       *, replace_all: bool = False) -> None:
+        """``upserts``: item id -> (content hash, JSON text); ``removed``: item ids to delete; ``replace_all``: the
+        namespace holds exactly ``upserts`` afterwards. One transaction."""
         with self.transaction() as conn:
-            conn.execute("DELETE FROM communities")
-            conn.executemany(
-                "INSERT INTO communities VALUES (?, ?, ?)",
-                [(cid, lvl, pack_payload(p)) for cid, (lvl, p) in communities.items()],
-            )
+            if replace_all:
+                conn.execute("DELETE FROM payloads WHERE namespace = ?", (namespace,))
+            conn.executemany("DELETE FROM payloads WHERE namespace = ? AND item_id = ?",
+                             [(namespace, item) for item in removed])
+            conn.executemany("INSERT OR REPLACE INTO payloads VALUES (?, ?, ?, ?)",
+                             [(namespace, item, digest, pack_payload(text)) for item, (digest, text) in upserts.items()])
 
-    def community_payloads(self, community_ids: Iterable[str] | None = None) -> dict[str, dict]:
-        if community_ids is None:
-            return {cid: _loads(p) for cid, p in self.query("SELECT community_id, payload FROM communities")}
-        rows = self._rows_with_ids("SELECT community_id, payload FROM communities WHERE community_id IN ({ids})",
-                                   set(community_ids))
-        return {cid: _loads(p) for cid, p in rows}
+    def payloads(self, namespace: str, item_ids: Iterable[str] | None = None) -> dict[str, Any]:
+        """Item id -> its JSON document, of every item of ``namespace`` or (only the rows asked for: a global question
+        reads a few summaries, and an index's are many and long) of ``item_ids``."""
+        if item_ids is None:
+            rows = self.query("SELECT item_id, payload FROM payloads WHERE namespace = ? ORDER BY item_id",
+                              (namespace,))
+        else:
+            rows = self._rows_with_ids("SELECT item_id, payload FROM payloads WHERE namespace = ? AND item_id IN ({ids})",
+                                       set(item_ids), namespace)
+        return {item: _loads(payload) for item, payload in rows}
 
-    def community_summary_hashes(self) -> dict[str, str]:
-        return dict(self.query("SELECT community_id, content_hash FROM community_summaries"))
-
-    def replace_community_summaries(self, upserts: dict[str, tuple[str, str]], removed: Sequence[str]) -> None:
-        with self.transaction() as conn:
-            conn.executemany("DELETE FROM community_summaries WHERE community_id = ?", [(c,) for c in removed])
-            conn.executemany(
-                "INSERT OR REPLACE INTO community_summaries VALUES (?, ?, ?)",
-                [(cid, h, pack_payload(p)) for cid, (h, p) in upserts.items()],
-            )
-
-    def community_summary_payloads(self, community_ids: Iterable[str] | None = None) -> dict[str, dict]:
-        if community_ids is None:
-            rows = self.query("SELECT community_id, payload FROM community_summaries")
-            return {cid: _loads(p) for cid, p in rows}
-        # Only the rows asked for: a global question reads a few summaries, and an index's are many and long.
-        rows = self._rows_with_ids("SELECT community_id, payload FROM community_summaries WHERE community_id IN ({ids})",
-                                   set(community_ids))
-        return {cid: _loads(p) for cid, p in rows}
+    def payload_hashes(self, namespace: str) -> dict[str, str]:
+        return dict(self.query("SELECT item_id, content_hash FROM payloads WHERE namespace = ?", (namespace,)))
 
     # --- quarantine ---------------------------------------------------------------------------------------------
 
