@@ -261,10 +261,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
+    from graphrag_pipeline.lib.compose.workspace import Workspace
     from graphrag_pipeline.lib.core.config import load_settings
     from graphrag_pipeline.lib.sources.registry import check_local_paths
     from graphrag_pipeline.lib.stages import build_everything
-    from graphrag_pipeline.lib.compose.workspace import Workspace
 
     overrides = {"index_dir": args.index_dir} if args.index_dir else {}
     settings = load_settings(args.config, **overrides)
@@ -284,9 +284,9 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _export_or_import(args: argparse.Namespace) -> int:
+    from graphrag_pipeline.lib.compose.workspace import Workspace
     from graphrag_pipeline.lib.core.config import load_settings
     from graphrag_pipeline.lib.index.parquet_io import export_index, import_index
-    from graphrag_pipeline.lib.compose.workspace import Workspace
 
     if args.command == "export" and not args.everything:
         raise ValueError("an export holds every document's text, restricted ones included, unfiltered by access "
@@ -312,8 +312,8 @@ def _repair(args: argparse.Namespace) -> int:
     from the state; the LLM caches start empty."""
     from graphrag_pipeline.lib.compose import backends
     from graphrag_pipeline.lib.core.config import load_settings
-    from graphrag_pipeline.lib.stores.state.sqlite import build_lock
     from graphrag_pipeline.lib.stores.sqlite_files import integrity_problem, set_aside
+    from graphrag_pipeline.lib.stores.state.sqlite import build_lock
 
     settings = load_settings(args.config, **({"index_dir": args.index_dir} if args.index_dir else {}))
     files = [backends.state_path(settings), backends.llm_cache_path(settings), backends.llm_runs_path(settings)]

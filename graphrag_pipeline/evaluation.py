@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.config import PipelineSettings, load_settings
 from graphrag_pipeline.lib.core.ids import normalize_name
 from graphrag_pipeline.lib.core.progress import ProgressListener
 from graphrag_pipeline.lib.sources.paths import check_inside
 from graphrag_pipeline.lib.stages import build_everything
-from graphrag_pipeline.lib.compose.workspace import Workspace
 
 EVAL_MODES = ("vector", "keyword", "graph", "hybrid")
 RECALL_AT = (2, 5, 10)

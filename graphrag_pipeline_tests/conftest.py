@@ -2,10 +2,10 @@ from pathlib import Path
 
 import pytest
 
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.config import PipelineSettings, load_settings
 from graphrag_pipeline.lib.embed.embedders import configured_embedder
 from graphrag_pipeline.lib.stages import build_everything
-from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline_tests.postgres import postgres_server  # noqa: F401  (registers the session's PostgreSQL fixture)
 
 FIXTURES = Path(__file__).parent / "fixtures"

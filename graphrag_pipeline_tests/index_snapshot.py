@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from graphrag_pipeline.lib.core.config import PipelineSettings
 from graphrag_pipeline.lib.compose.workspace import Workspace
+from graphrag_pipeline.lib.core.config import PipelineSettings
 from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS, COMMUNITY_SUMMARY_PAYLOADS
 
 VECTOR_TOLERANCE = 1e-4

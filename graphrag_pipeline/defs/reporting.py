@@ -18,13 +18,12 @@ from dagster import (
 
 from graphrag_pipeline.defs.partitions import shard_of_key
 from graphrag_pipeline.defs.resources import GraphRAGResource
+from graphrag_pipeline.lib.compose.workspace import Workspace
+from graphrag_pipeline.lib.core.progress import EveryFewSeconds
 from graphrag_pipeline.lib.index.checks import CheckOutcome
 from graphrag_pipeline.lib.llm.accounting import BudgetExceeded
-from graphrag_pipeline.lib.core.progress import EveryFewSeconds
-from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.lib.stages import Stage, StageReport
-from graphrag_pipeline.lib.compose.workspace import Workspace
-
+from graphrag_pipeline.lib.stores.state.protocol import StateStore
 
 PROGRESS_LOG_SECONDS = 10  # a progress line in the run's event log at most this often per step
 

@@ -10,9 +10,9 @@ from typing import Optional, Sequence
 
 from dagster import ConfigurableResource
 
+from graphrag_pipeline.lib.compose.workspace import Workspace, llm_usage
 from graphrag_pipeline.lib.core.config import PipelineSettings, load_settings
 from graphrag_pipeline.lib.core.progress import ProgressListener
-from graphrag_pipeline.lib.compose.workspace import Workspace, llm_usage
 
 
 class GraphRAGResource(ConfigurableResource):

@@ -52,7 +52,12 @@ def open_index(
         settings = load_settings(config_path, **overrides)
     elif index_dir is not None:
         settings = settings.with_overrides(index_dir=str(index_dir))
-    from graphrag_pipeline.lib.compose.backends import open_graph_store, open_state, open_vector_store, published_vector_version
+    from graphrag_pipeline.lib.compose.backends import (
+        open_graph_store,
+        open_state,
+        open_vector_store,
+        published_vector_version,
+    )
     from graphrag_pipeline.lib.embed.embedders import configured_embedder
 
     state = open_state(settings, read_only=True)

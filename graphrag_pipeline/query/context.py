@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from graphrag_pipeline.lib.core.config import ContextConfig
-from graphrag_pipeline.lib.sources.catalog import CONTACTS_KEY, REFERENCED_ORIGIN
 from graphrag_pipeline.lib.core.models import Document, Entity, Relationship
+from graphrag_pipeline.lib.sources.catalog import CONTACTS_KEY, REFERENCED_ORIGIN
 from graphrag_pipeline.lib.stores.protocols import GraphStore
 from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.query.aboutness import Aboutness

@@ -19,14 +19,14 @@ from typing import TypeVar
 
 import numpy as np
 
-from graphrag_pipeline.lib.core.config import PipelineSettings
-from graphrag_pipeline.query.fusion import rank
 from graphrag_pipeline.lib.algorithms.merge import entity_from_payload, relationship_from_payload
+from graphrag_pipeline.lib.core.config import PipelineSettings
 from graphrag_pipeline.lib.core.models import Entity, Relationship
-from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.lib.stores.protocols import Embedder, GraphStore, VectorStore
+from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.query.access import ReaderAccess, reader_access
 from graphrag_pipeline.query.context import ContextBuilder, IncidentContext, catalog_systems
+from graphrag_pipeline.query.fusion import rank
 from graphrag_pipeline.query.models import (
     Fact,
     Fusion,
@@ -37,7 +37,6 @@ from graphrag_pipeline.query.models import (
     QueryResponse,
     QueryResult,
 )
-from graphrag_pipeline.query.signals import signal_scores
 from graphrag_pipeline.query.retrievers import (
     NOTHING_HIDDEN,
     RETRIEVERS,
@@ -48,6 +47,7 @@ from graphrag_pipeline.query.retrievers import (
     Retriever,
     elapsed_ms,
 )
+from graphrag_pipeline.query.signals import signal_scores
 
 RELATIONSHIPS_IN_RESPONSE = 60  # enough for a service's dependencies and their owners; an agent reads them all
 FACT_DOCUMENTS = 10  # documents cited per fact: enough to check it, few enough to read

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 from graphrag_pipeline.lib.core.models import Entity, Relationship
-from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.lib.stores.protocols import GraphStore
+from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.query.access import ReaderAccess, reader_access
 from graphrag_pipeline.query.engine import with_provenance
 

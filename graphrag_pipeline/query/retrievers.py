@@ -44,19 +44,29 @@ from typing import Any, Protocol
 import numpy as np
 
 from graphrag_pipeline.lib.core.config import Ontology, RetrievalConfig
-from graphrag_pipeline.query.signals import SIGNALS, signal_weights
-from graphrag_pipeline.query.fusion import cap_at_origin, normalize_by_max, rank, reciprocal_rank_fusion, weighted_fusion
 from graphrag_pipeline.lib.core.models import Chunk, Document, EntityNames, Relationship
-from graphrag_pipeline.lib.stores.state.protocol import StateStore
-from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES, GraphStore, TraversalHit, VectorStore
 from graphrag_pipeline.lib.sources.catalog import RECORD_KEY as CATALOG_RECORD_KEY
+from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES, GraphStore, TraversalHit, VectorStore
+from graphrag_pipeline.lib.stores.state.protocol import StateStore
+from graphrag_pipeline.lib.stores.state.sql import (
+    COMMUNITY_PAYLOADS,
+    COMMUNITY_SUMMARY_PAYLOADS,
+    SOURCE_EXTRACTION_PAYLOADS,
+)
 from graphrag_pipeline.query.aboutness import LINK_RELATIONSHIP_TYPES, Aboutness
+from graphrag_pipeline.query.fusion import (
+    cap_at_origin,
+    normalize_by_max,
+    rank,
+    reciprocal_rank_fusion,
+    weighted_fusion,
+)
 from graphrag_pipeline.query.intent import IntentReader, RelationIntent
 from graphrag_pipeline.query.keyword import KeywordIndex, identifiers
 from graphrag_pipeline.query.linking import CorpusCase, NameIndex, NameLink
 from graphrag_pipeline.query.models import Citation, Mode, QueryParameters
+from graphrag_pipeline.query.signals import SIGNALS, signal_weights
 from graphrag_pipeline.query.traversal import spread_activation
-from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS, COMMUNITY_SUMMARY_PAYLOADS, SOURCE_EXTRACTION_PAYLOADS
 
 SCORING_POOL = 100  # vector hits fetched to score graph-reached chunks by similarity too
 HIDDEN_SCAN = 1_000_000  # relationships read among the entities restricted documents mention, to find the hidden ones

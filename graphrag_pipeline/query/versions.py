@@ -28,14 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from graphrag_pipeline.lib.core.config import PipelineSettings
+from graphrag_pipeline.lib.core.errors import GraphRAGError
+from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES, Embedder, GraphStore, VectorStore
 from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.lib.stores.state.sqlite import build_holder
-from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES, Embedder, GraphStore, VectorStore
 from graphrag_pipeline.query.context import IncidentContext
 from graphrag_pipeline.query.engine import QueryEngine, QuestionVectors
 from graphrag_pipeline.query.models import QueryResponse
 from graphrag_pipeline.query.retrievers import Retrieval
-from graphrag_pipeline.lib.core.errors import GraphRAGError
 
 # What a complete build publishes and the retrievers read: passages, question linking, global summaries.
 PUBLISHED_COLLECTIONS = (CHUNKS, ENTITIES, COMMUNITIES)

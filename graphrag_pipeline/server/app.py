@@ -13,19 +13,20 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
-from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from graphrag_pipeline.lib.core.config import PipelineSettings
 from graphrag_pipeline.lib.core.errors import ErrorKind, GraphRAGError
+from graphrag_pipeline.lib.core.query_options import MAX_HOPS, MAX_TOP_K, Fusion, Granularity, Mode
 from graphrag_pipeline.query import IncidentContext, OpenIndex, QueryResponse
 from graphrag_pipeline.query.explore import (
     ENTITY_ORDERS,
@@ -34,7 +35,6 @@ from graphrag_pipeline.query.explore import (
     list_entities,
     list_relationships,
 )
-from graphrag_pipeline.lib.core.query_options import MAX_HOPS, MAX_TOP_K, Fusion, Granularity, Mode
 from graphrag_pipeline.server.auth import Caller, KeyRing
 from graphrag_pipeline.server.limits import AnswerSlots, Busy, TimedOut, check_question
 

@@ -19,9 +19,9 @@ from mcp.server.mcpserver.tools import Tool
 from mcp.types import ToolAnnotations
 from pydantic import ConfigDict, Field, ValidationError
 
+from graphrag_pipeline.lib.core.query_options import MAX_HOPS, MAX_TOP_K, Fusion, Granularity, Mode
 from graphrag_pipeline.query import OpenIndex
 from graphrag_pipeline.query.explore import entity_neighbourhood, graph_stats
-from graphrag_pipeline.lib.core.query_options import MAX_HOPS, MAX_TOP_K, Fusion, Granularity, Mode
 from graphrag_pipeline.server.auth import Caller, KeyRing
 from graphrag_pipeline.server.limits import AnswerSlots, Busy, TimedOut, check_question
 

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.config import load_settings
 from graphrag_pipeline.lib.embed.embedders import configured_embedder
 from graphrag_pipeline.lib.stages import build_everything
 from graphrag_pipeline.lib.stores.neo4j_graph import Neo4jGraphStore
-from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.query import open_index
 from graphrag_pipeline_tests.conftest import SAMPLE_CATALOG, SAMPLE_CORPUS
 from graphrag_pipeline_tests.contract.bolt_server import arcadedb_bolt_server, stop_arcadedb_bolt_server

@@ -16,8 +16,8 @@ import time
 
 from graphrag_pipeline.lib.algorithms.chunking import Tokenizer, WordTokenizer, chunk_document
 from graphrag_pipeline.lib.core.config import EmbedderConfig
-from graphrag_pipeline.lib.embed.embedders import bundled_model_path
 from graphrag_pipeline.lib.core.models import Document
+from graphrag_pipeline.lib.embed.embedders import bundled_model_path
 from graphrag_pipeline.lib.embed.numpy_encoder import NumpyEmbedder
 
 

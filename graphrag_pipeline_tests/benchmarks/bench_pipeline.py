@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from graphrag_pipeline.evaluation import eval_settings, load_questions, source_name_for
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.config import load_settings
 from graphrag_pipeline.lib.embed.embedders import configured_embedder
 from graphrag_pipeline.lib.stages import (
@@ -43,7 +44,6 @@ from graphrag_pipeline.lib.stages import (
 )
 from graphrag_pipeline.lib.stages.embeddings import chunk_embedding_text
 from graphrag_pipeline.lib.stores.protocols import Embedder
-from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.query import MODES, open_index
 
 

@@ -20,12 +20,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.config import load_settings
-from graphrag_pipeline.lib.extract.offline import load_spacy
 from graphrag_pipeline.lib.core.ids import stable_shard
+from graphrag_pipeline.lib.extract.offline import load_spacy
 from graphrag_pipeline.lib.stages import StageReport, build_everything
 from graphrag_pipeline_tests.benchmarks.bench_pipeline import compact_counts
-from graphrag_pipeline.lib.compose.workspace import Workspace
 
 EDIT = "\n\n## Change log\n\nOn-call note: escalate to team-platform-oncall when this alert fires twice in an hour.\n"
 

@@ -12,7 +12,6 @@ import multiprocessing
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-
 from typing import Any, Protocol
 
 import numpy as np
@@ -22,8 +21,8 @@ from graphrag_pipeline.lib.compose import backends
 from graphrag_pipeline.lib.core.config import ENVIRONMENT_OVERRIDES, load_settings
 from graphrag_pipeline.lib.core.ids import content_hash, short_hash
 from graphrag_pipeline.lib.core.models import Chunk, ChunkExtraction, Document, EntityMention, Quarantined
-from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.lib.stores.state.postgres import PostgresStateStore
+from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.lib.stores.state.sql import (
     CAUGHT_UP_MARK,
     COMMUNITY_PAYLOADS,

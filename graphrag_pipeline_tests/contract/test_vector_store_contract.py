@@ -31,8 +31,8 @@ from graphrag_pipeline.lib.stores.edge_vectors import (
     _copy_sparse,
 )
 from graphrag_pipeline.lib.stores.protocols import SCORE_TOLERANCE, VectorStore
-from graphrag_pipeline.lib.stores.vector_points import VECTOR_NAME
 from graphrag_pipeline.lib.stores.qdrant_vectors import QdrantVectorStore
+from graphrag_pipeline.lib.stores.vector_points import VECTOR_NAME
 
 
 def qdrant_server_store(tmp_path: Path) -> QdrantVectorStore:

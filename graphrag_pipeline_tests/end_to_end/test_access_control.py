@@ -23,6 +23,7 @@ from graphrag_pipeline.defs.communities.assets import communities
 from graphrag_pipeline.defs.communities.checks import communities_cover_the_graph
 from graphrag_pipeline.defs.community_summaries.assets import community_summaries
 from graphrag_pipeline.defs.community_summaries.checks import every_summary_has_a_published_vector
+from graphrag_pipeline.defs.element_summaries.assets import element_summaries
 from graphrag_pipeline.defs.embeddings.assets import embeddings
 from graphrag_pipeline.defs.embeddings.checks import every_chunk_has_a_published_vector
 from graphrag_pipeline.defs.extracted_elements.assets import extracted_elements
@@ -31,10 +32,9 @@ from graphrag_pipeline.defs.graph.assets import graph
 from graphrag_pipeline.defs.graph.checks import every_entity_has_a_published_vector, graph_integrity
 from graphrag_pipeline.defs.raw_documents.assets import raw_documents
 from graphrag_pipeline.defs.resources import GraphRAGResource
-from graphrag_pipeline.defs.element_summaries.assets import element_summaries
+from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_SUMMARY_PAYLOADS
 from graphrag_pipeline.query import explore, open_index
 from graphrag_pipeline.query.access import ReaderAccess
-from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_SUMMARY_PAYLOADS
 
 pytestmark = pytest.mark.slow
 
@@ -296,11 +296,10 @@ def test_a_deleted_restricted_document_is_hidden_from_everyone_from_the_moment_i
     """Only raw_documents has run since the restricted files went (a crash right after it, or the Dagster runs in
     between): what the later stages derived from them is still in the index, and nobody sees it — not the public,
     not the group (the documents are gone). The full build that follows leaves no withdrawn mark behind."""
+    from graphrag_pipeline.lib.compose.workspace import Workspace
     from graphrag_pipeline.lib.core.config import load_settings
     from graphrag_pipeline.lib.stages import all_shards, stage
     from graphrag_pipeline.lib.stores.state.sql import WITHDRAWN_GROUP
-    from graphrag_pipeline.lib.compose.workspace import Workspace
-
     from graphrag_pipeline_tests.conftest import build
 
     corpus, config = write_access_config(tmp_path)
@@ -337,7 +336,6 @@ def test_a_callers_ranking_is_the_ranking_of_an_index_without_the_documents_it_m
     caller without the group, no signal may come from them, in any mode. The control index is built without the
     restricted files; the order of the results and which of them have a graph or relation signal must agree."""
     from graphrag_pipeline.lib.core.config import load_settings
-
     from graphrag_pipeline_tests.conftest import build
 
     _, config = write_access_config(tmp_path / "all")
@@ -364,7 +362,6 @@ def test_a_deleted_documents_text_is_not_left_in_the_sqlite_files(tmp_path):
     """`strings state.sqlite` found a deleted restricted document's sentences in free pages; now they are
     overwritten (SQLite's secure_delete), in the state and in the embedded graph."""
     from graphrag_pipeline.lib.core.config import load_settings
-
     from graphrag_pipeline_tests.conftest import build
 
     corpus, config = write_access_config(tmp_path)
@@ -384,7 +381,6 @@ def test_a_deleted_documents_payload_is_not_left_in_the_published_vector_segment
     marks a deleted point and leaves its payload (the document id) in the segment until an optimizer merges it. A publish after a
     delete writes the collection anew from its live points."""
     from graphrag_pipeline.lib.core.config import load_settings
-
     from graphrag_pipeline_tests.conftest import build
 
     def published_bytes() -> bytes:
@@ -408,7 +404,6 @@ def test_the_embedding_cache_forgets_the_vectors_of_deleted_and_edited_passages(
     from graphrag_pipeline.lib.core.config import load_settings
     from graphrag_pipeline.lib.stores.state.sql import CHUNKS_REMOVED_MARK
     from graphrag_pipeline.lib.stores.state.sqlite import SQLiteStateStore
-
     from graphrag_pipeline_tests.conftest import build
 
     corpus, config = write_access_config(tmp_path)

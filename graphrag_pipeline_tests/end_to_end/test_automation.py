@@ -13,12 +13,11 @@ from graphrag_pipeline.defs.automation.schedules import daily_refresh
 from graphrag_pipeline.defs.automation.sensors import sensor_of
 from graphrag_pipeline.defs.partitions import SHARD_COUNT, SHARDS, shard_key, shard_of_key
 from graphrag_pipeline.defs.resources import GraphRAGResource
-from graphrag_pipeline.lib.index.changes import shard_fingerprints, source_hashes
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.config import load_settings
 from graphrag_pipeline.lib.core.ids import stable_shard
+from graphrag_pipeline.lib.index.changes import shard_fingerprints, source_hashes
 from graphrag_pipeline.lib.stages import all_shards, ingest_documents
-from graphrag_pipeline.lib.compose.workspace import Workspace
-
 from graphrag_pipeline_tests.conftest import FIXTURES
 
 SOURCE = "t"
@@ -432,8 +431,14 @@ def test_a_backfill_brings_one_corpus_wide_run_while_ticks_fall_inside_it(instan
     run that materializes `steps_per_tick` assets between two ticks (1: a tick after each asset, 5: the whole run
     between two ticks). One corpus-wide run in all, however the ticks fall; a shard run landing after the chain's
     first asset is one more whole chain after it, not the rest of the chain in pieces beside it."""
-    from dagster import (AssetKey, AssetMaterialization, DagsterEvent, DagsterEventType, DagsterRunStatus,
-                         evaluate_automation_conditions)
+    from dagster import (
+        AssetKey,
+        AssetMaterialization,
+        DagsterEvent,
+        DagsterEventType,
+        DagsterRunStatus,
+        evaluate_automation_conditions,
+    )
     from dagster._core.events import StepMaterializationData
 
     from graphrag_pipeline.definitions import definitions_with

@@ -11,12 +11,11 @@ from pathlib import Path
 import pytest
 
 from graphrag_pipeline.lib.compose.backends import open_graph_store, open_vector_store, store_kinds
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.config import ENVIRONMENT_OVERRIDES, load_settings
 from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorReader, EdgeVectorStore
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.lib.stores.neo4j_graph import Neo4jGraphStore
-from graphrag_pipeline.lib.compose.workspace import Workspace
-
 from graphrag_pipeline_tests.cli_process import CLI, cli_env
 from graphrag_pipeline_tests.conftest import FIXTURES
 

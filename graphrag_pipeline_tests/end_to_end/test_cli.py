@@ -16,7 +16,6 @@ import pytest
 import yaml
 
 from graphrag_pipeline import cli
-
 from graphrag_pipeline_tests.cli_process import CLI, cli_env, run_cli
 from graphrag_pipeline_tests.conftest import FIXTURES
 

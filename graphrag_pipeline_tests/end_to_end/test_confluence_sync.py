@@ -8,11 +8,11 @@ import datetime as dt
 
 import pytest
 
+from graphrag_pipeline.lib.compose.workspace import Workspace
+from graphrag_pipeline.lib.core.config import load_settings
 from graphrag_pipeline.lib.stages import all_shards, ingest_documents
 from graphrag_pipeline.lib.stores.state.sql import WITHDRAWN_GROUP
-from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline_tests.confluence_server import T0, ConfluenceServer
-from graphrag_pipeline.lib.core.config import load_settings
 
 
 def sync(settings) -> dict[str, int]:

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core import faults
 from graphrag_pipeline.lib.stages import STAGES
-from graphrag_pipeline.lib.compose.workspace import Workspace
-
 from graphrag_pipeline_tests.cli_process import CLI, cli_env
 from graphrag_pipeline_tests.conftest import FIXTURES, folder_settings, offline_embedder
 from graphrag_pipeline_tests.index_snapshot import assert_same_index, index_snapshot

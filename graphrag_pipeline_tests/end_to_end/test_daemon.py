@@ -29,7 +29,6 @@ from graphrag_pipeline.lib.core.config import load_settings
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.query import open_index
 from graphrag_pipeline_tests.confluence_server import ConfluenceServer
-
 from graphrag_pipeline_tests.conftest import FIXTURES
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]

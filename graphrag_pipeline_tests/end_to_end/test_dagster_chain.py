@@ -24,7 +24,6 @@ from graphrag_pipeline.defs.partitions import SHARD_COUNT, shard_key, shard_of_k
 from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.core.ids import stable_shard
 from graphrag_pipeline.query import open_index
-
 from graphrag_pipeline_tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.slow

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from dagster import AssetKey, BackfillPolicy
 
-from graphrag_pipeline.defs.partitions import shard_key
 from graphrag_pipeline.definitions import defs
+from graphrag_pipeline.defs.partitions import shard_key
 from graphrag_pipeline.defs.resources import GraphRAGResource
 
 PER_DOCUMENT = ["raw_documents", "chunks", "embeddings", "extracted_elements"]

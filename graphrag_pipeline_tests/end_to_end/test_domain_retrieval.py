@@ -13,15 +13,18 @@ from pathlib import Path
 
 import pytest
 
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.ids import entity_id, stable_shard
 from graphrag_pipeline.lib.stages import build_everything
-from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.query import explore
 from graphrag_pipeline.query.linking import GENERIC_NAME_CONFIDENCE
 from graphrag_pipeline.query.retrievers import CATALOG_PAGE_FACTOR
-
 from graphrag_pipeline_tests.conftest import folder_settings
-from graphrag_pipeline_tests.unit.query.test_retrieval_mechanisms import HashedEmbedder, build_and_open_index, content_words
+from graphrag_pipeline_tests.unit.query.test_retrieval_mechanisms import (
+    HashedEmbedder,
+    build_and_open_index,
+    content_words,
+)
 
 pytestmark = pytest.mark.slow  # the offline extractor loads spaCy
 

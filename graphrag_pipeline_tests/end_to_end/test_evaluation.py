@@ -11,7 +11,6 @@ from graphrag_pipeline.evaluation import (
     reciprocal_rank,
     source_name_for,
 )
-
 from graphrag_pipeline_tests.cli_process import run_cli
 from graphrag_pipeline_tests.conftest import FIXTURES
 

@@ -6,8 +6,8 @@ from collections import Counter
 import pytest
 
 from graphrag_pipeline.lib.stages.community_summaries import generic_entity_types
-from graphrag_pipeline.query import open_index
 from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS, COMMUNITY_SUMMARY_PAYLOADS
+from graphrag_pipeline.query import open_index
 
 pytestmark = pytest.mark.slow
 

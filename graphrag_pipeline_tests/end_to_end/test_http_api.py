@@ -25,10 +25,15 @@ from graphrag_pipeline.lib.core.config import load_settings
 from graphrag_pipeline.query import open_index
 from graphrag_pipeline.server.app import create_app
 from graphrag_pipeline.server.auth import KeyRing, key_digest
-
 from graphrag_pipeline_tests.cli_process import CLI, cli_env
 from graphrag_pipeline_tests.conftest import build
-from graphrag_pipeline_tests.end_to_end.test_access_control import GROUPS, LAUNCH_QUESTION, QUESTION, leaked, write_access_config
+from graphrag_pipeline_tests.end_to_end.test_access_control import (
+    GROUPS,
+    LAUNCH_QUESTION,
+    QUESTION,
+    leaked,
+    write_access_config,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 

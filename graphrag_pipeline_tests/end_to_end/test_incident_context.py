@@ -18,9 +18,12 @@ from pathlib import Path
 import pytest
 
 from graphrag_pipeline.lib.core.config import load_settings
-
 from graphrag_pipeline_tests.cli_process import run_cli
-from graphrag_pipeline_tests.unit.query.test_retrieval_mechanisms import build_and_open_index, content_words, open_engine
+from graphrag_pipeline_tests.unit.query.test_retrieval_mechanisms import (
+    build_and_open_index,
+    content_words,
+    open_engine,
+)
 
 pytestmark = pytest.mark.slow  # the offline extractor loads spaCy
 
@@ -217,7 +220,6 @@ def test_the_incidents_that_affected_a_service_are_in_its_context_with_their_pos
     """A postmortem's extraction states "INC-7 affected billing" (an LLM or a shipped extraction types it AFFECTED);
     the incident joins billing's context, citing the postmortem, and a dependent's context keeps it on billing."""
     from graphrag_pipeline.evaluation import eval_settings
-
     from graphrag_pipeline_tests.conftest import build
 
     set_dir = tmp_path / "set"

@@ -11,12 +11,11 @@ from pathlib import Path
 import pytest
 
 from graphrag_pipeline import cli
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.config import PipelineSettings
 from graphrag_pipeline.lib.stages import STAGES, all_shards, build_everything
 from graphrag_pipeline.lib.stores.state.sqlite import build_lock
-from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.query import IndexNotFoundError, IndexNotPublishedError, open_index
-
 from graphrag_pipeline_tests.conftest import folder_settings
 from graphrag_pipeline_tests.unit.query.test_retrieval_mechanisms import NO_NER, HashedEmbedder, content_words
 

@@ -17,17 +17,17 @@ from graphrag_pipeline.definitions import definitions_with
 from graphrag_pipeline.defs.partitions import SHARD_COUNT, shard_key
 from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.core.config import load_settings
-from graphrag_pipeline.lib.stores.state.sqlite import SQLiteStateStore
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
+from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_SUMMARY_PAYLOADS
+from graphrag_pipeline.lib.stores.state.sqlite import SQLiteStateStore
 from graphrag_pipeline.query import open_index
+from graphrag_pipeline_tests.end_to_end.test_dagster_chain import metadata, range_tags
 from graphrag_pipeline_tests.fake_llm_server import (
     OLLAMA_CHAT,
     FakeLLMServer,
     Reply,
     prompt_of,
 )
-from graphrag_pipeline_tests.end_to_end.test_dagster_chain import metadata, range_tags
-from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_SUMMARY_PAYLOADS
 
 pytestmark = pytest.mark.slow
 
@@ -237,8 +237,8 @@ def test_a_model_server_that_answers_no_chunk_fails_the_run_instead_of_building_
 
 
 def test_hybrid_keeps_spotter_entities_while_the_model_is_down_and_adds_the_models_once_it_is_back(tmp_path):
-    from graphrag_pipeline.lib.stages import extract_elements, summarize_elements
     from graphrag_pipeline.lib.compose.workspace import Workspace
+    from graphrag_pipeline.lib.stages import extract_elements, summarize_elements
     from graphrag_pipeline_tests.conftest import folder_settings
 
     corpus = tmp_path / "corpus"

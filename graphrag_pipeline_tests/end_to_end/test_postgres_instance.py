@@ -35,7 +35,6 @@ from sqlalchemy.engine import make_url
 from graphrag_pipeline.definitions import definitions_with
 from graphrag_pipeline.defs.partitions import SHARD_COUNT, shard_key
 from graphrag_pipeline.defs.resources import GraphRAGResource
-
 from graphrag_pipeline_tests.conftest import FIXTURES
 from graphrag_pipeline_tests.postgres import PostgresServer, configured_server, throwaway_database
 

@@ -5,9 +5,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from graphrag_pipeline.query.signals import SIGNALS
 from graphrag_pipeline.query import MODES, RETRIEVERS, IndexNotFoundError, QueryParameters, open_index
-
+from graphrag_pipeline.query.signals import SIGNALS
 from graphrag_pipeline_tests.conftest import build, folder_settings
 
 pytestmark = pytest.mark.slow

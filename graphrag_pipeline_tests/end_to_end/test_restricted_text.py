@@ -18,7 +18,6 @@ from graphrag_pipeline.lib.core.models import Chunk, Document
 from graphrag_pipeline.lib.stages.report import StageReport
 from graphrag_pipeline.lib.stores.state.sqlite import SQLiteStateStore
 from graphrag_pipeline.query.access import ReaderAccess
-
 from graphrag_pipeline_tests.unit.algorithms.test_merge import ONTOLOGY, extraction
 
 PUBLIC_SENTENCE = "prometheus scrapes payments-api."

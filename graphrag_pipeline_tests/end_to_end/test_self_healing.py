@@ -17,12 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.stages import build_everything
+from graphrag_pipeline.lib.stores.sqlite_files import DamagedStoreError
 from graphrag_pipeline.lib.stores.state.sql import IndexBusyError
 from graphrag_pipeline.lib.stores.state.sqlite import SQLiteStateStore
-from graphrag_pipeline.lib.stores.sqlite_files import DamagedStoreError
-from graphrag_pipeline.lib.compose.workspace import Workspace
-
 from graphrag_pipeline_tests.conftest import FIXTURES, folder_settings, offline_embedder
 from graphrag_pipeline_tests.index_snapshot import assert_same_index, index_snapshot
 
@@ -164,7 +163,6 @@ def test_two_whole_builds_cannot_run_at_once_on_postgresql_either(tmp_path, post
     import psycopg2
 
     from graphrag_pipeline.lib.stores.state.postgres import WHOLE_BUILD_LOCK, advisory_key
-
     from graphrag_pipeline_tests.cli_process import CLI, cli_env
     from graphrag_pipeline_tests.postgres import throwaway_database
 

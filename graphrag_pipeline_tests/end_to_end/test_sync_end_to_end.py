@@ -15,24 +15,23 @@ from dagster import build_sensor_context
 
 from graphrag_pipeline.defs.automation.sensors import sensor_of
 from graphrag_pipeline.defs.resources import GraphRAGResource
-from graphrag_pipeline.lib.core.config import EmbedderConfig, PipelineSettings, load_settings
-from graphrag_pipeline.lib.embed.embedders import bundled_model_path
-from graphrag_pipeline.lib.extract.offline import OfflineExtractor
-from graphrag_pipeline.lib.core.ids import stable_shard
-from graphrag_pipeline.lib.embed.onnx_encoder import OnnxEmbedder
-from graphrag_pipeline.lib.core.models import EntityMention
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core import faults
+from graphrag_pipeline.lib.core.config import EmbedderConfig, PipelineSettings, load_settings
+from graphrag_pipeline.lib.core.ids import stable_shard
+from graphrag_pipeline.lib.core.models import EntityMention
+from graphrag_pipeline.lib.embed.embedders import bundled_model_path
+from graphrag_pipeline.lib.embed.onnx_encoder import OnnxEmbedder
+from graphrag_pipeline.lib.extract.offline import OfflineExtractor
 from graphrag_pipeline.lib.stages import STAGES, build_everything, stage, summarize_elements, sync_graph, vectors
 from graphrag_pipeline.lib.stages.communities import FULL_RUN_MARK
 from graphrag_pipeline.lib.stages.report import StageReport
 from graphrag_pipeline.lib.stages.vectors import GLOBAL_SHARD, sync_points
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES
-from graphrag_pipeline.lib.compose.workspace import Workspace
-
+from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS
 from graphrag_pipeline_tests.conftest import SAMPLE_CORPUS, folder_settings
 from graphrag_pipeline_tests.conftest import build as build_with
 from graphrag_pipeline_tests.index_snapshot import assert_same_index, index_snapshot
-from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS
 
 pytestmark = pytest.mark.slow
 

@@ -23,6 +23,7 @@ from graphrag_pipeline.defs.automation.sensors import indexed_fingerprints, shar
 from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.index.changes import shard_fingerprints, source_hashes
 
+
 @schedule(job=refresh_shards, cron_schedule="0 3 * * *", default_status=DefaultScheduleStatus.RUNNING)
 def daily_refresh(context: ScheduleEvaluationContext, graphrag: GraphRAGResource):
     """Once a day, compare the sources with what the index holds, whatever the sensor saw: catches changes made while

@@ -27,6 +27,7 @@ from graphrag_pipeline.lib.compose.backends import open_state
 from graphrag_pipeline.lib.index.changes import changed_shards, of_sources, shard_fingerprints, source_hashes
 from graphrag_pipeline.lib.sources.registry import READERS, poll_seconds
 
+
 def indexed_fingerprints(graphrag: GraphRAGResource, kind: str | None = None) -> dict[int, str]:
     """Fingerprints of what the index holds (of the sources of one kind, or all), the baseline when a sensor starts
     without a cursor."""

@@ -2,8 +2,8 @@ from dagster import AssetExecutionContext, MaterializeResult, asset
 
 from graphrag_pipeline.defs.automation.conditions import FOLLOWS_SHARD_RUNS
 from graphrag_pipeline.defs.partitions import SINGLE_RUN, pool
-from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.defs.reporting import run_stage
+from graphrag_pipeline.defs.resources import GraphRAGResource
 from graphrag_pipeline.lib.stages import stage
 
 

@@ -35,9 +35,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from graphrag_pipeline.lib.core.errors import GraphRAGError
 from graphrag_pipeline.lib.core.ids import short_id
 from graphrag_pipeline.lib.core.models import Chunk, Document
-from graphrag_pipeline.lib.core.errors import GraphRAGError
 
 Strategy = Literal["recursive", "fixed"]
 Span = tuple[int, int]

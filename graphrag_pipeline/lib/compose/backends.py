@@ -20,10 +20,9 @@ import os
 from pathlib import Path
 
 from graphrag_pipeline.lib.core.config import PipelineSettings
+from graphrag_pipeline.lib.stores.protocols import GraphStore, VectorStore
 from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.lib.stores.state.sqlite import SQLiteStateStore
-from graphrag_pipeline.lib.stores.protocols import GraphStore, VectorStore
-
 
 DATABASE_URL = "DATABASE_URL"  # the PostgreSQL state store's server and database, with credentials
 

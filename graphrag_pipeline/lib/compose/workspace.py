@@ -6,8 +6,8 @@ as the settings choose them; tests inject instances or factories instead.
 from __future__ import annotations
 
 import dataclasses
-import json
 import inspect
+import json
 from functools import cached_property
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
@@ -15,11 +15,11 @@ from typing import Callable, Sequence, TypeVar
 from graphrag_pipeline.lib.compose import backends
 from graphrag_pipeline.lib.core.config import PipelineSettings
 from graphrag_pipeline.lib.core.ids import content_hash, is_plain_word
-from graphrag_pipeline.lib.llm.accounting import RunLedger, Usage
 from graphrag_pipeline.lib.core.models import Chunk, ChunkExtraction, EntityMention, Quarantined, RelationMention
 from graphrag_pipeline.lib.core.progress import ProgressListener, StepProgress
-from graphrag_pipeline.lib.stores.state.protocol import StateStore
+from graphrag_pipeline.lib.llm.accounting import RunLedger, Usage
 from graphrag_pipeline.lib.stores.protocols import Embedder, GraphStore, VectorStore
+from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.lib.stores.state.sql import SOURCE_EXTRACTION_PAYLOADS
 
 T = TypeVar("T")

@@ -25,6 +25,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
 from graphrag_pipeline.lib.core.errors import GraphRAGError
 from graphrag_pipeline.lib.core.query_options import MAX_HOPS, Fusion, Granularity
 

@@ -33,11 +33,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graphrag_pipeline.lib.core.config import Ontology
 from graphrag_pipeline.lib.core.ids import content_hash, normalize_name
+from graphrag_pipeline.lib.core.models import Chunk, ChunkExtraction, EntityMention, Quarantined, RelationMention
 from graphrag_pipeline.lib.llm.errors import LLMError, LLMUnavailable
 from graphrag_pipeline.lib.llm.prompts import PromptTemplate, packaged_template
 from graphrag_pipeline.lib.llm.runner import LLMRunner
 from graphrag_pipeline.lib.llm.structured import complete_structured
-from graphrag_pipeline.lib.core.models import Chunk, ChunkExtraction, EntityMention, Quarantined, RelationMention
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from graphrag_pipeline.lib.core.models import Entity, Relationship
-from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES, GraphStore, VectorStore
+from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS, COMMUNITY_SUMMARY_PAYLOADS
 
 EXAMPLES = 5  # ids named in a failing check's description (the counts are complete)

@@ -21,8 +21,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from graphrag_pipeline.lib.compose.workspace import Workspace
+from graphrag_pipeline.lib.core.errors import GraphRAGError
 from graphrag_pipeline.lib.core.ids import content_hash
 from graphrag_pipeline.lib.core.models import Chunk, Document
+from graphrag_pipeline.lib.stages import STAGES, StageReport
+from graphrag_pipeline.lib.stages.embeddings import chunk_embedding_text
+from graphrag_pipeline.lib.stages.vectors import built_from, text_key
+from graphrag_pipeline.lib.stores.protocols import ENTITIES
 from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.lib.stores.state.sql import (
     COMMUNITY_PAYLOADS,
@@ -31,12 +37,6 @@ from graphrag_pipeline.lib.stores.state.sql import (
     extraction_from_json,
     unpack_payload,
 )
-from graphrag_pipeline.lib.stages import STAGES, StageReport
-from graphrag_pipeline.lib.stages.embeddings import chunk_embedding_text
-from graphrag_pipeline.lib.stages.vectors import built_from, text_key
-from graphrag_pipeline.lib.stores.protocols import ENTITIES
-from graphrag_pipeline.lib.compose.workspace import Workspace
-from graphrag_pipeline.lib.core.errors import GraphRAGError
 
 EXPORT_FORMAT_VERSION = 1
 MANIFEST = "manifest.json"

@@ -42,9 +42,9 @@ import httpx
 import numpy as np
 
 from graphrag_pipeline.lib.core.config import EmbedderConfig, LLMConfig
+from graphrag_pipeline.lib.core.http import RetryPolicy, send_with_retries
 from graphrag_pipeline.lib.llm.accounting import Usage, approximate_tokens
 from graphrag_pipeline.lib.llm.errors import LLMError, LLMRequestRejected, LLMUnavailable
-from graphrag_pipeline.lib.core.http import RetryPolicy, send_with_retries
 
 log = logging.getLogger(__name__)
 

@@ -4,6 +4,7 @@ need not import the HTTP stack."""
 from __future__ import annotations
 
 import re
+
 from graphrag_pipeline.lib.core.errors import GraphRAGError
 
 # A 400/422 whose body names one of these is taken as the server not supporting structured output.

@@ -17,9 +17,9 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from graphrag_pipeline.lib.core.errors import GraphRAGError
 from graphrag_pipeline.lib.llm.prompts import PromptTemplate, packaged_template
 from graphrag_pipeline.lib.llm.runner import LLMRunner
-from graphrag_pipeline.lib.core.errors import GraphRAGError
 
 M = TypeVar("M", bound=BaseModel)
 

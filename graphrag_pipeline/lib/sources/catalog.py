@@ -73,8 +73,16 @@ from typing import Any
 import yaml
 
 from graphrag_pipeline.lib.core.config import CatalogSource, Ontology
+from graphrag_pipeline.lib.core.errors import GraphRAGError
 from graphrag_pipeline.lib.core.ids import content_hash, normalize_name
-from graphrag_pipeline.lib.core.models import Chunk, ChunkExtraction, Document, EntityMention, Quarantined, RelationMention
+from graphrag_pipeline.lib.core.models import (
+    Chunk,
+    ChunkExtraction,
+    Document,
+    EntityMention,
+    Quarantined,
+    RelationMention,
+)
 from graphrag_pipeline.lib.sources.paths import FolderListing, SourceFile, list_folder, read_file
 from graphrag_pipeline.lib.sources.reader import (
     RAW_EXCERPT,
@@ -86,7 +94,6 @@ from graphrag_pipeline.lib.sources.reader import (
     load_untrusted_yaml,
     unreadable_marker,
 )
-from graphrag_pipeline.lib.core.errors import GraphRAGError
 
 CATALOG_SUFFIXES = frozenset({".yaml", ".yml"})
 RECORD_KEY = "catalog"  # key of the typed part of a catalog document's extraction record

@@ -100,12 +100,12 @@ from urllib.parse import urlsplit
 import httpx
 
 from graphrag_pipeline.lib.core.config import ConfluenceSource
+from graphrag_pipeline.lib.core.errors import GraphRAGError
 from graphrag_pipeline.lib.core.http import RetryPolicy, send_with_retries
 from graphrag_pipeline.lib.core.ids import content_hash
 from graphrag_pipeline.lib.core.models import Document, Quarantined
 from graphrag_pipeline.lib.sources.html_text import html_to_text
 from graphrag_pipeline.lib.sources.reader import RAW_EXCERPT, STAGE, ReadContext, SourceScan
-from graphrag_pipeline.lib.core.errors import GraphRAGError
 
 log = logging.getLogger(__name__)
 

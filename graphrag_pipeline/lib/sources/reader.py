@@ -9,8 +9,8 @@ from typing import Any, Iterable, Protocol, TypeVar
 import yaml
 
 from graphrag_pipeline.lib.core.config import BaseSource
-from graphrag_pipeline.lib.core.models import Document, Quarantined
 from graphrag_pipeline.lib.core.errors import GraphRAGError
+from graphrag_pipeline.lib.core.models import Document, Quarantined
 
 STAGE = "sources"  # the stage named in the quarantine records of every reader
 RAW_EXCERPT = 2000  # enough of a bad item to diagnose it without copying huge payloads into the quarantine

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.stages.chunks import chunk_documents
 from graphrag_pipeline.lib.stages.communities import build_communities
 from graphrag_pipeline.lib.stages.community_summaries import summarize_communities
@@ -20,7 +21,6 @@ from graphrag_pipeline.lib.stages.extracted_elements import extract_elements
 from graphrag_pipeline.lib.stages.graph import sync_graph
 from graphrag_pipeline.lib.stages.ingest import ingest_documents
 from graphrag_pipeline.lib.stages.report import StageReport
-from graphrag_pipeline.lib.compose.workspace import Workspace
 
 
 @dataclass(frozen=True)

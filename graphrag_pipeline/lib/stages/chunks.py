@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Iterable
 
 from graphrag_pipeline.lib.algorithms.chunking import ChunkLimitExceeded, chunk_document
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.ids import content_hash, stable_shard
 from graphrag_pipeline.lib.core.models import Quarantined
 from graphrag_pipeline.lib.stages.embeddings import EMBEDDING_CONTEXT_TOKENS
 from graphrag_pipeline.lib.stages.report import StageReport
-from graphrag_pipeline.lib.compose.workspace import Workspace
 
 
 def chunk_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:

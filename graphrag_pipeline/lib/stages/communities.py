@@ -7,10 +7,10 @@ import time
 from collections import defaultdict
 
 from graphrag_pipeline.lib.algorithms.communities import CommunityUpdate, detect_communities, update_communities
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.config import CommunityConfig
 from graphrag_pipeline.lib.core.models import Community
 from graphrag_pipeline.lib.stages.report import StageReport
-from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS
 
 # When the last full re-clustering ran and how many entities incremental runs have re-clustered since.

@@ -15,18 +15,23 @@ from graphrag_pipeline.lib.algorithms.communities import (
     source_titles_of,
     summarize_community_extractively,
 )
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.config import PipelineSettings
 from graphrag_pipeline.lib.core.ids import content_hash
 from graphrag_pipeline.lib.core.models import Community, CommunitySummary, Entity, Relationship
 from graphrag_pipeline.lib.stages.communities import community_from_payload
+from graphrag_pipeline.lib.stages.embeddings import chunk_embedding_text
 from graphrag_pipeline.lib.stages.incremental import Changes, unrestricted_sample
 from graphrag_pipeline.lib.stages.report import StageReport, accounted
-from graphrag_pipeline.lib.stages.embeddings import chunk_embedding_text
 from graphrag_pipeline.lib.stages.vectors import GLOBAL_SHARD, embed_texts_cached, sync_points
-from graphrag_pipeline.lib.stores.state.sql import CAUGHT_UP_MARK, CHUNKS_REMOVED_MARK, SOURCES_CHANGED_MARK
 from graphrag_pipeline.lib.stores.protocols import COMMUNITIES
-from graphrag_pipeline.lib.compose.workspace import Workspace
-from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS, COMMUNITY_SUMMARY_PAYLOADS
+from graphrag_pipeline.lib.stores.state.sql import (
+    CAUGHT_UP_MARK,
+    CHUNKS_REMOVED_MARK,
+    COMMUNITY_PAYLOADS,
+    COMMUNITY_SUMMARY_PAYLOADS,
+    SOURCES_CHANGED_MARK,
+)
 
 # A community's vector is the mean vector of the chunks where its members meet most (the first ones its summary
 # cites), which the embeddings stage has already embedded. Embedding each summary's text instead cost about as much

@@ -7,8 +7,6 @@ import functools
 import json
 from typing import Callable
 
-from graphrag_pipeline.lib.core.faults import crash_point
-from graphrag_pipeline.lib.core.ids import content_hash
 from graphrag_pipeline.lib.algorithms.merge import (
     DEFAULT_LIMITS,
     LLM_INPUT_DESCRIPTION_CHARS,
@@ -21,13 +19,15 @@ from graphrag_pipeline.lib.algorithms.merge import (
     merge_extractions,
     resolve_catalog_names,
 )
-from graphrag_pipeline.lib.sources.catalog import catalog_names, catalog_titles
+from graphrag_pipeline.lib.compose.workspace import Workspace
+from graphrag_pipeline.lib.core.faults import crash_point
+from graphrag_pipeline.lib.core.ids import content_hash
 from graphrag_pipeline.lib.core.models import Entity, Relationship
-from graphrag_pipeline.lib.stores.state.sql import extraction_from_json
+from graphrag_pipeline.lib.sources.catalog import catalog_names, catalog_titles
 from graphrag_pipeline.lib.stages.extracted_elements import EXTRACTION_BATCH, extract_and_store
 from graphrag_pipeline.lib.stages.incremental import Changes, unrestricted_sample
 from graphrag_pipeline.lib.stages.report import StageReport, accounted
-from graphrag_pipeline.lib.compose.workspace import Workspace
+from graphrag_pipeline.lib.stores.state.sql import extraction_from_json
 
 
 @accounted

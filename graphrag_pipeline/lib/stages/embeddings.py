@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.ids import stable_shard
 from graphrag_pipeline.lib.core.models import Chunk
 from graphrag_pipeline.lib.stages.report import StageReport, accounted
 from graphrag_pipeline.lib.stages.vectors import reconcile_collection, sync_points
 from graphrag_pipeline.lib.stores.protocols import CHUNKS
-from graphrag_pipeline.lib.compose.workspace import Workspace
 
 EMBEDDING_CONTEXT_TOKENS = 32  # room for the title and heading path a chunk is embedded with
 

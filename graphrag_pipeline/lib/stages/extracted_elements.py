@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from graphrag_pipeline.lib.core.models import Chunk, ChunkExtraction
-
-from graphrag_pipeline.lib.stages.report import StageReport, accounted
 from graphrag_pipeline.lib.compose.workspace import Workspace
+from graphrag_pipeline.lib.core.models import Chunk, ChunkExtraction
+from graphrag_pipeline.lib.stages.report import StageReport, accounted
 
 EXTRACTION_BATCH = 128
 

@@ -5,17 +5,16 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable, Sequence
 
+from graphrag_pipeline.lib.algorithms.merge import entity_from_payload, relationship_from_payload
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.faults import crash_point
 from graphrag_pipeline.lib.core.ids import short_hash
-from graphrag_pipeline.lib.algorithms.merge import entity_from_payload, relationship_from_payload
 from graphrag_pipeline.lib.core.models import ChunkText, Entity
 from graphrag_pipeline.lib.stages.incremental import Changes
 from graphrag_pipeline.lib.stages.report import StageReport, accounted
-from graphrag_pipeline.lib.stores.state.sql import UNSYNCED
 from graphrag_pipeline.lib.stages.vectors import GLOBAL_SHARD, reconcile_collection, sync_points
 from graphrag_pipeline.lib.stores.protocols import ENTITIES, GraphStore
-from graphrag_pipeline.lib.compose.workspace import Workspace
-
+from graphrag_pipeline.lib.stores.state.sql import UNSYNCED
 
 # The graph stage's mark once a sync has finished. It is forgotten before a sync's first write, so the sync after a
 # killed one is whole: only a finished sync leaves the store, its mentions and the entity points all equal to what the

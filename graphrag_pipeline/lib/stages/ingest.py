@@ -6,13 +6,13 @@ import dataclasses
 import json
 from typing import Iterable
 
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.ids import stable_shard
 from graphrag_pipeline.lib.core.models import Quarantined
 from graphrag_pipeline.lib.sources.reader import STAGE as SOURCES_STAGE
 from graphrag_pipeline.lib.sources.reader import ReadContext, SourceScan
 from graphrag_pipeline.lib.sources.registry import read_source
 from graphrag_pipeline.lib.stages.report import StageReport
-from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.stores.state.sql import SOURCE_EXTRACTION_PAYLOADS
 
 

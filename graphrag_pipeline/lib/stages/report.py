@@ -8,8 +8,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from graphrag_pipeline.lib.core.config import PipelineSettings
 from graphrag_pipeline.lib.compose.workspace import Workspace
+from graphrag_pipeline.lib.core.config import PipelineSettings
 
 
 @dataclass

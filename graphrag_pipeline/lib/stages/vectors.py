@@ -8,12 +8,12 @@ from typing import Any, Callable, Collection, Sequence
 
 import numpy as np
 
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.faults import crash_point
 from graphrag_pipeline.lib.core.ids import content_hash, short_hash
 from graphrag_pipeline.lib.core.models import VectorPoint
 from graphrag_pipeline.lib.stages.report import StageReport
 from graphrag_pipeline.lib.stores.state.sql import UNSYNCED
-from graphrag_pipeline.lib.compose.workspace import Workspace
 
 GLOBAL_SHARD = -1  # indexed_points shard for collections that are not partitioned (entities, communities)
 # Texts per embed-and-upsert round: large enough for the model's own batching, small enough that progress moves and a

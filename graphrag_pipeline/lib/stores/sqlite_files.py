@@ -14,6 +14,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
 from graphrag_pipeline.lib.core.errors import GraphRAGError
 
 REPAIR_HINT = ("run `graphrag-pipeline repair` to set it aside, then build again: the build re-derives it "

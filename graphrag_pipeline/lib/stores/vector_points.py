@@ -7,6 +7,7 @@ import re
 from typing import Sequence
 
 import numpy as np
+
 from graphrag_pipeline.lib.core.errors import GraphRAGError
 
 VECTOR_NAME = "dense"

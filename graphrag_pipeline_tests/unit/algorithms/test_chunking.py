@@ -8,9 +8,9 @@ import pytest
 
 from graphrag_pipeline.lib.algorithms.chunking import HuggingFaceTokenizer, Tokenizer, WordTokenizer, chunk_document
 from graphrag_pipeline.lib.core.config import ChunkingConfig, EmbedderConfig, FolderSource
-from graphrag_pipeline.lib.embed.embedders import bundled_model_path
 from graphrag_pipeline.lib.core.ids import content_hash
 from graphrag_pipeline.lib.core.models import Chunk, Document
+from graphrag_pipeline.lib.embed.embedders import bundled_model_path
 from graphrag_pipeline.lib.embed.numpy_encoder import NumpyEmbedder
 from graphrag_pipeline.lib.sources.folder import read_folder
 

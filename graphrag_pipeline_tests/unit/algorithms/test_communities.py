@@ -12,10 +12,10 @@ from graphrag_pipeline.lib.algorithms.communities import (
     summarize_community_extractively,
     update_communities,
 )
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.config import load_settings
 from graphrag_pipeline.lib.core.models import Community, Entity, Relationship
 from graphrag_pipeline.lib.stages.communities import community_from_payload
-from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS
 
 

@@ -1,9 +1,9 @@
 import json
 from dataclasses import asdict
 
+from graphrag_pipeline.lib.algorithms.merge import ElementKeys, element_payload, entity_from_payload, merge_extractions
 from graphrag_pipeline.lib.core.config import load_settings
 from graphrag_pipeline.lib.core.ids import content_hash, entity_id, normalize_name
-from graphrag_pipeline.lib.algorithms.merge import ElementKeys, element_payload, entity_from_payload, merge_extractions
 from graphrag_pipeline.lib.core.models import ChunkExtraction, EntityMention, RelationMention
 
 ONTOLOGY = load_settings().ontology

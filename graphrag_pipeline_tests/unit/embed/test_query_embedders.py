@@ -19,6 +19,8 @@ import pytest
 
 from graphrag_pipeline.lib.algorithms.chunking import chunk_document
 from graphrag_pipeline.lib.core.config import EmbedderConfig, load_settings
+from graphrag_pipeline.lib.core.ids import content_hash
+from graphrag_pipeline.lib.core.models import Document
 from graphrag_pipeline.lib.embed.embedders import (
     LocalEmbedder,
     ModelNotInstalledError,
@@ -26,8 +28,6 @@ from graphrag_pipeline.lib.embed.embedders import (
     configured_embedder,
 )
 from graphrag_pipeline.lib.embed.numpy_encoder import NumpyEmbedder
-from graphrag_pipeline.lib.core.ids import content_hash
-from graphrag_pipeline.lib.core.models import Document
 from graphrag_pipeline.lib.embed.onnx_encoder import OnnxEmbedder
 from graphrag_pipeline.query import open_index
 from graphrag_pipeline_tests.cli_process import cli_env

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.config import ExtractionConfig, PipelineSettings, default_config_data
+from graphrag_pipeline.lib.core.models import Chunk, ChunkExtraction
 from graphrag_pipeline.lib.extract import offline as extraction_module
 from graphrag_pipeline.lib.extract.offline import (
     COOCCURRENCE_PREDICATE,
@@ -15,13 +17,11 @@ from graphrag_pipeline.lib.extract.offline import (
     _clean_bounds,
     _DictionarySpotter,
     _equal_parts,
-    available_cores,
     _resolve_overlaps,
     _Span,
+    available_cores,
     precomputed_extractions,
 )
-from graphrag_pipeline.lib.core.models import Chunk, ChunkExtraction
-from graphrag_pipeline.lib.compose.workspace import Workspace
 
 MUSIQUE_TITLE = "Journal of Mathematical Physics"
 MUSIQUE_TEXT = (
@@ -508,8 +508,8 @@ def test_empty_blank_and_huge_chunks_do_not_crash(extractor: OfflineExtractor) -
 
 
 def test_hybrid_keeps_the_users_vocabulary_types_and_adds_what_only_the_model_found() -> None:
-    from graphrag_pipeline.lib.core.models import EntityMention, RelationMention
     from graphrag_pipeline.lib.compose.workspace import combine_extractions
+    from graphrag_pipeline.lib.core.models import EntityMention, RelationMention
 
     spotted = ChunkExtraction("c1", (
         EntityMention("payments-api", "Service", spotter="pattern"),

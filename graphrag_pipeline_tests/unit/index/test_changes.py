@@ -1,5 +1,5 @@
-from graphrag_pipeline.lib.index.changes import changed_shards, shard_fingerprints
 from graphrag_pipeline.lib.core.ids import stable_shard
+from graphrag_pipeline.lib.index.changes import changed_shards, shard_fingerprints
 
 
 def test_only_the_shard_of_an_edited_document_changes():

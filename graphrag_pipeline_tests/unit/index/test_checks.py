@@ -10,14 +10,13 @@ import numpy as np
 import pytest
 import yaml
 
-from graphrag_pipeline.lib.index import checks
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.models import Quarantined, VectorPoint
+from graphrag_pipeline.lib.index import checks
 from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorStore
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES
-from graphrag_pipeline.lib.compose.workspace import Workspace
-
-from graphrag_pipeline_tests.conftest import FIXTURES, build, folder_settings
 from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS
+from graphrag_pipeline_tests.conftest import FIXTURES, build, folder_settings
 
 pytestmark = pytest.mark.slow
 

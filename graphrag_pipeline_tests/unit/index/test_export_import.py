@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from graphrag_pipeline.cli import main
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.index.parquet_io import ExportMismatchError, export_index, import_index
 from graphrag_pipeline.lib.stores.protocols import SCORE_TOLERANCE
-from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.query import open_index
 from graphrag_pipeline_tests.conftest import build, folder_settings
 from graphrag_pipeline_tests.postgres import throwaway_database

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from graphrag_pipeline.lib.core.config import PipelineSettings, default_config_data
-from graphrag_pipeline.lib.llm.clients import chat_client
-from graphrag_pipeline.lib.extract.llm import LLMExtractor
-from graphrag_pipeline.lib.llm.runner import LLMRunner
 from graphrag_pipeline.lib.core.models import Chunk, ChunkExtraction, Quarantined
+from graphrag_pipeline.lib.extract.llm import LLMExtractor
+from graphrag_pipeline.lib.llm.clients import chat_client
+from graphrag_pipeline.lib.llm.runner import LLMRunner
 from graphrag_pipeline_tests.fake_llm_server import OLLAMA_CHAT, OPENAI_CHAT, Reply, llm_config, prompt_of
 
 ONTOLOGY = PipelineSettings.model_validate(default_config_data()).ontology

@@ -7,13 +7,13 @@ import json
 import pytest
 
 from graphrag_pipeline.lib.core.config import LLMConfig, PipelineSettings, PriceSpec, default_config_data
+from graphrag_pipeline.lib.core.models import Chunk
+from graphrag_pipeline.lib.extract.llm import LLMExtractor
 from graphrag_pipeline.lib.llm.accounting import BudgetExceeded
 from graphrag_pipeline.lib.llm.cache import LLMCache
 from graphrag_pipeline.lib.llm.clients import chat_client
-from graphrag_pipeline.lib.extract.llm import LLMExtractor
 from graphrag_pipeline.lib.llm.prompts import PromptTemplate
 from graphrag_pipeline.lib.llm.runner import LLMRunner, llm_runner
-from graphrag_pipeline.lib.core.models import Chunk
 from graphrag_pipeline_tests.fake_llm_server import OLLAMA_CHAT, OPENAI_CHAT, Reply, llm_config
 
 ONTOLOGY = PipelineSettings.model_validate(default_config_data()).ontology

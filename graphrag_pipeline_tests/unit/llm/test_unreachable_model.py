@@ -7,10 +7,10 @@ import socket
 
 import pytest
 
-from graphrag_pipeline.lib.llm.clients import LLMError
-from graphrag_pipeline.lib.extract.llm import ModelUnreachable
-from graphrag_pipeline.lib.stages import chunk_documents, embed_chunks, extract_elements, ingest_documents
 from graphrag_pipeline.lib.compose.workspace import Workspace
+from graphrag_pipeline.lib.extract.llm import ModelUnreachable
+from graphrag_pipeline.lib.llm.clients import LLMError
+from graphrag_pipeline.lib.stages import chunk_documents, embed_chunks, extract_elements, ingest_documents
 from graphrag_pipeline_tests.conftest import folder_settings
 from graphrag_pipeline_tests.fake_llm_server import OLLAMA_CHAT, Reply
 from graphrag_pipeline_tests.unit.query.test_retrieval_mechanisms import HashedEmbedder

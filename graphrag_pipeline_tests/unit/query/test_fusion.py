@@ -1,6 +1,12 @@
 import pytest
 
-from graphrag_pipeline.query.fusion import cap_at_origin, normalize_by_max, rank, reciprocal_rank_fusion, weighted_fusion
+from graphrag_pipeline.query.fusion import (
+    cap_at_origin,
+    normalize_by_max,
+    rank,
+    reciprocal_rank_fusion,
+    weighted_fusion,
+)
 
 
 def test_weighted_fusion_blends_signals_and_counts_missing_as_zero():

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from graphrag_pipeline.lib.algorithms.merge import resolve_catalog_names
 from graphrag_pipeline.lib.core.config import Ontology, load_settings
 from graphrag_pipeline.lib.core.ids import is_plain_word, name_variants
-from graphrag_pipeline.lib.algorithms.merge import resolve_catalog_names
 from graphrag_pipeline.lib.core.models import Entity
 from graphrag_pipeline.query.intent import IntentReader
 from graphrag_pipeline.query.keyword import KeywordIndex, identifiers, terms

@@ -30,17 +30,17 @@ import numpy as np
 import pytest
 
 from graphrag_pipeline.lib.algorithms.chunking import WordTokenizer
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.config import PipelineSettings
-from graphrag_pipeline.query.fusion import cap_at_origin, rank, reciprocal_rank_fusion, weighted_fusion
 from graphrag_pipeline.lib.core.ids import entity_id, normalize_name
 from graphrag_pipeline.lib.core.models import Entity
 from graphrag_pipeline.lib.stages import build_everything
-from graphrag_pipeline.lib.stores.state.sqlite import SQLiteStateStore
 from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorReader
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.lib.stores.protocols import SCORE_TOLERANCE, Embedder, TraversalHit
-from graphrag_pipeline.lib.compose.workspace import Workspace
+from graphrag_pipeline.lib.stores.state.sqlite import SQLiteStateStore
 from graphrag_pipeline.query.engine import QueryEngine
+from graphrag_pipeline.query.fusion import cap_at_origin, rank, reciprocal_rank_fusion, weighted_fusion
 from graphrag_pipeline.query.retrievers import (
     ENTRY_KEYWORD_SHARE,
     MAX_CHUNKS_PER_ENTITY,
@@ -49,7 +49,6 @@ from graphrag_pipeline.query.retrievers import (
     Retrieval,
     strongest_contributions,
 )
-
 from graphrag_pipeline_tests.conftest import folder_settings
 
 pytestmark = pytest.mark.slow  # the offline extractor loads spaCy (a few seconds)

@@ -9,6 +9,10 @@ import pytest
 import yaml
 
 from graphrag_pipeline.evaluation import eval_settings
+from graphrag_pipeline.lib.algorithms.merge import merge_extractions, resolve_catalog_names
+from graphrag_pipeline.lib.core.config import CatalogSource, load_settings
+from graphrag_pipeline.lib.core.models import Chunk, ChunkExtraction, EntityMention, RelationMention
+from graphrag_pipeline.lib.extract.offline import precomputed_extractions
 from graphrag_pipeline.lib.sources.catalog import (
     CatalogError,
     EntityRef,
@@ -19,12 +23,7 @@ from graphrag_pipeline.lib.sources.catalog import (
     parse_catalog_text,
     parse_entity_ref,
 )
-from graphrag_pipeline.lib.core.config import CatalogSource, load_settings
-from graphrag_pipeline.lib.extract.offline import precomputed_extractions
-from graphrag_pipeline.lib.algorithms.merge import merge_extractions, resolve_catalog_names
-from graphrag_pipeline.lib.core.models import Chunk, ChunkExtraction, EntityMention, RelationMention
 from graphrag_pipeline.lib.sources.registry import read_source, scan_hashes
-
 from graphrag_pipeline_tests.conftest import FIXTURES, SAMPLE_CATALOG, build
 
 CATALOGS = FIXTURES / "catalogs"

@@ -9,6 +9,7 @@ import re
 import pytest
 from pydantic import ValidationError
 
+from graphrag_pipeline.lib.core.config import ConfigError, ConfluenceSource, FolderSource, load_settings
 from graphrag_pipeline.lib.sources.confluence import (
     NO_COMMON_PRINCIPAL,
     ConfluenceClient,
@@ -17,7 +18,6 @@ from graphrag_pipeline.lib.sources.confluence import (
     scan_confluence_hashes,
     storage_to_text,
 )
-from graphrag_pipeline.lib.core.config import ConfigError, ConfluenceSource, FolderSource, load_settings
 from graphrag_pipeline.lib.sources.reader import STAGE
 from graphrag_pipeline.lib.sources.registry import read_source, scan_hashes
 from graphrag_pipeline_tests.confluence_server import T0, ConfluenceServer, confluence_server  # noqa: F401

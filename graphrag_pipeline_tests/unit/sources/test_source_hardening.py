@@ -12,14 +12,20 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from graphrag_pipeline.lib.algorithms.chunking import TOKENIZE_WINDOW, ChunkLimitExceeded, WordTokenizer, chunk_document
 from graphrag_pipeline.evaluation import eval_settings
-from graphrag_pipeline.lib.core.config import CatalogSource, ConfluenceSource, EvalSetSource, FolderSource, load_settings
+from graphrag_pipeline.lib.algorithms.chunking import TOKENIZE_WINDOW, ChunkLimitExceeded, WordTokenizer, chunk_document
+from graphrag_pipeline.lib.compose.workspace import Workspace
+from graphrag_pipeline.lib.core.config import (
+    CatalogSource,
+    ConfluenceSource,
+    EvalSetSource,
+    FolderSource,
+    load_settings,
+)
 from graphrag_pipeline.lib.core.ids import content_hash
 from graphrag_pipeline.lib.core.models import Document
 from graphrag_pipeline.lib.sources.registry import read_source, scan_hashes
 from graphrag_pipeline.lib.stages import all_shards, chunk_documents, ingest_documents
-from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline_tests.confluence_server import ConfluenceServer
 from graphrag_pipeline_tests.unit.query.test_retrieval_mechanisms import HashedEmbedder
 

@@ -7,14 +7,14 @@ from typing import Literal, get_args
 
 import pytest
 
-from graphrag_pipeline.lib.index.changes import source_hashes
+from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.config import BaseSource, FolderSource, SourceConfig, load_settings
 from graphrag_pipeline.lib.core.ids import content_hash
 from graphrag_pipeline.lib.core.models import Document
+from graphrag_pipeline.lib.index.changes import source_hashes
 from graphrag_pipeline.lib.sources import registry
 from graphrag_pipeline.lib.sources.reader import ReadContext, SourceScan
 from graphrag_pipeline.lib.stages import all_shards, ingest_documents
-from graphrag_pipeline.lib.compose.workspace import Workspace
 
 
 class NotesSource(BaseSource):

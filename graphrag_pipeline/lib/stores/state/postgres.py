@@ -21,9 +21,9 @@ import psycopg2
 from graphrag_pipeline.lib.stores.state.sql import (
     PAYLOAD_TABLES,
     SHORTER_ELEMENT_HASHES,
-    fold_into_payloads,
     IndexBusyError,
     SQLStateStore,
+    fold_into_payloads,
     schema,
 )
 

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Collection, ContextManager, Iterable, Iterator
 
 import numpy as np
 
+from graphrag_pipeline.lib.core.errors import GraphRAGError
 from graphrag_pipeline.lib.core.ids import SHORT_HASH_CHARS
 from graphrag_pipeline.lib.core.models import (
     Chunk,
@@ -29,7 +30,6 @@ from graphrag_pipeline.lib.core.models import (
     Quarantined,
     RelationMention,
 )
-from graphrag_pipeline.lib.core.errors import GraphRAGError
 
 # The recorded hash of a store entry whose write has begun but is not known to have finished, or that the store was
 # found to have lost: never equal to a content hash, so the next run writes the entry again. Recorded *before* a
