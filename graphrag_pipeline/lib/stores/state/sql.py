@@ -162,13 +162,13 @@ CREATE TABLE IF NOT EXISTS stage_marks (          -- what a corpus-wide stage's 
     stage TEXT PRIMARY KEY,
     mark TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS payloads (             -- one JSON document per item of a namespace (PAYLOAD_NAMESPACES)
+CREATE TABLE IF NOT EXISTS payloads (             -- one JSON document per item of a namespace (below)
     namespace TEXT NOT NULL,
     item_id TEXT NOT NULL,
     content_hash TEXT NOT NULL,                   -- '' where the namespace keeps none
     payload BLOB NOT NULL,
-    PRIMARY KEY (namespace, item_id)
-) WITHOUT ROWID;
+    PRIMARY KEY (namespace, item_id)              -- a rowid table: WITHOUT ROWID suits small rows, not kilobytes
+);
 """
 
 # The namespaces of the payloads table: what each artifact is stored as. A new artifact kept as one JSON document per
