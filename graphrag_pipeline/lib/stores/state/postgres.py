@@ -1,8 +1,9 @@
-"""The state store in PostgreSQL: the same tables and statements as the SQLite store (lib/stores/state/sql.py), on a server.
+"""The state store in PostgreSQL: the same tables and statements as the SQLite store (``sql.py``), on a server.
 
-The SQLite store's methods are inherited unchanged; its statements reach the server through `_PostgresConnection`,
-which translates the few SQLite forms they use (`?` placeholders, `INSERT OR REPLACE`, an empty `IN ()`), so the
-two implementations cannot drift apart in what they store. The state contract suite runs against both.
+The methods of ``SQLStateStore`` are inherited unchanged; their statements reach the server through
+`_PostgresConnection`, which translates the few SQLite forms they use (`?` placeholders, `INSERT OR REPLACE`, an
+empty `IN ()`), so the two implementations cannot drift apart in what they store. The state contract suite runs
+against both.
 Opening touches no local file and takes no build lock: concurrent Dagster runs on several hosts share one
 index, per-document stages on their own shards, corpus-wide stages one at a time (`exclusive`).
 """
@@ -66,7 +67,7 @@ def advisory_key(name: str) -> int:
 
 
 class _PostgresConnection:
-    """The part of sqlite3.Connection the SQLite store's methods use, on a psycopg2 connection."""
+    """The part of sqlite3.Connection the methods of ``SQLStateStore`` use, on a psycopg2 connection."""
 
     def __init__(self, connection: Any):
         self.connection = connection

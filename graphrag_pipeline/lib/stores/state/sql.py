@@ -3,7 +3,6 @@ and every read and write of documents, chunks, caches and stage bookkeeping.
 
 Every stage reads its input from here and records what it produced, keyed by content-derived ids, so a re-run (or a
 run killed half-way and started again) only does the work whose inputs changed, and converges to the same state.
-WAL mode lets Dagster steps in several processes and a reader in an agent process use the file at once.
 """
 
 from __future__ import annotations
@@ -38,8 +37,8 @@ from graphrag_pipeline.lib.core.models import (
 UNSYNCED = "unsynced"
 
 # The version of the tables below. A change to them bumps it and adds the statements that bring an index of the
-# previous version up to it to StateStore.MIGRATIONS, so an existing index is migrated in place rather than rebuilt, and a
-# pipeline older than the index it opens refuses it instead of writing rows in a layout it does not know.
+# previous version up to it to each store's MIGRATIONS (SQLiteStateStore, PostgresStateStore), so an existing index is
+# migrated in place rather than rebuilt, and a pipeline older than the index it opens refuses it instead of writing rows in a layout it does not know.
 SCHEMA_VERSION = 5
 IN_BATCH = 900  # ids per "IN (...)" list: SQLite takes at most 999 parameters per statement
 # The tables whose ``payload`` column holds JSON written by the pipeline: stored zlib-compressed since version 2.
@@ -188,7 +187,7 @@ _FOLDED_INTO_PAYLOADS = (
 # Version 4's element hashes are the first 128 bits of version 3's: cut in place, they still match what was synced.
 SHORTER_ELEMENT_HASHES = "; ".join(f"UPDATE {table} SET content_hash = substr(content_hash, 1, {SHORT_HASH_CHARS})"
                                    for table in ("elements", "synced"))
-# Bookkeeping whose rows are little more than their key (WITHOUT ROWID: see StateStore.MIGRATIONS).
+# Bookkeeping whose rows are little more than their key (WITHOUT ROWID: see SQLiteStateStore.MIGRATIONS).
 _KEY_ONLY_TABLES = ("indexed_points", "synced", "merged_extractions")
 
 
