@@ -680,7 +680,7 @@ class HybridRetriever(GraphRetriever):
         config = self.index.config
         candidates = set(entry) | set(graph_pool) | set(retrieval.keyword_scores) | set(retrieval.relation_scores)
         candidates |= set(retrieval.identifier_scores)
-        signals = {signal.name: {c: signal.score(retrieval, c) for c in candidates} for signal in SIGNALS}
+        signals = {signal.name: signal.scores(retrieval, candidates) for signal in SIGNALS}
         weights = signal_weights(config)
 
         def fuse(signals: dict[str, dict[str, float]]) -> dict[str, float]:

@@ -4,6 +4,7 @@ that computes it (``query/retrievers.py``) and its weight in ``RetrievalConfig``
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,9 +22,11 @@ class Signal:
     meaning: str
     floored: bool = False  # a candidate without a score has the retrieval's vector floor, not 0
 
-    def score(self, retrieval: Retrieval, candidate_id: str) -> float:
+    def scores(self, retrieval: Retrieval, candidate_ids: Iterable[str]) -> dict[str, float]:
+        """Candidate id -> its score of this signal, for every candidate asked about."""
         default = retrieval.vector_floor if self.floored else 0.0
-        return getattr(retrieval, self.attribute).get(candidate_id, default)
+        held = getattr(retrieval, self.attribute)
+        return {candidate_id: held.get(candidate_id, default) for candidate_id in candidate_ids}
 
 
 SIGNALS: tuple[Signal, ...] = (
@@ -46,4 +49,4 @@ def signal_weights(config: RetrievalConfig) -> dict[str, float]:
 
 def signal_scores(retrieval: Retrieval, candidate_id: str) -> dict[str, float]:
     """Signal name -> one candidate's score, rounded as results show it."""
-    return {signal.name: round(signal.score(retrieval, candidate_id), 6) for signal in SIGNALS}
+    return {signal.name: round(signal.scores(retrieval, (candidate_id,))[candidate_id], 6) for signal in SIGNALS}

@@ -1,6 +1,6 @@
 """A workspace bundles what the stages need: settings, the state store, the graph and vector stores, the embedder
-and the extractor. Stores come from the backend factory (`lib/compose/backends.py`, which also documents the index layout)
-as the settings choose them; tests inject instances or factories instead.
+and the extractor. Stores come from the backend factory (`lib/compose/backends.py`, which also documents the index
+layout) as the settings choose them; tests inject instances or factories instead.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def sync_graph(ws: Workspace) -> StageReport:
     removed = {kind: c.removed for kind, c in changes.items()}
     whole = store_differed or ws.state.stage_mark(report.stage) != GRAPH_SYNCED
     report.counts["whole_sync"] = int(whole)
-    if whole or any(changed.values()) or any(removed.values()):
+    if whole or any(changes.values()):
         _write(ws, changed, removed, current, synced["mentions"], whole, report)
     stats = graph.stats()
     report.counts.update(

@@ -47,7 +47,6 @@ _UPSERT_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 _INSERT_OR_REPLACE = re.compile(r"INSERT OR REPLACE INTO (\w+) VALUES")
 
 
-
 def to_postgres(sql: str) -> str:
     """A statement of the SQLite store in PostgreSQL's dialect."""
     match = _INSERT_OR_REPLACE.search(sql)
