@@ -365,7 +365,7 @@ class Neo4jGraphStore:
             # transaction. Setting labels is idempotent, so a retry or a crash in between converges on the next
             # upsert (the ``type`` property, which reads use, is already correct).
             for (old_label, new_label), ids in relabel.items():
-                statement = f"MATCH (e:{ENTITY_LABEL}) WHERE e.entity_id IN $ids"
+                statement = f"UNWIND $ids AS id MATCH (e:{ENTITY_LABEL} {{entity_id: id}})"
                 if old_label is not None:
                     statement += f" REMOVE e:{checked_identifier(old_label)}"
                 if new_label is not None:
@@ -684,8 +684,11 @@ class Neo4jGraphStore:
         ids = _unique(entity_ids)
         if limit == 0 or not ids:
             return []
+        # From each indexed source entity: ArcadeDB answers "WHERE s.entity_id IN $ids" by scanning every
+        # relationship, a cost that grows with the graph rather than with the answer.
         records = self._query(
-            f"MATCH (s:{ENTITY_LABEL})-[r]->(t:{ENTITY_LABEL}) WHERE s.entity_id IN $ids AND t.entity_id IN $ids "
+            f"UNWIND $ids AS id MATCH (s:{ENTITY_LABEL} {{entity_id: id}})-[r]->(t:{ENTITY_LABEL}) "
+            f"WHERE t.entity_id IN $ids "
             f"RETURN {_RELATIONSHIP_RETURN} ORDER BY r.weight DESC, r.relationship_id LIMIT $limit",
             ids=ids,
             limit=limit,
