@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
+import numpy as np
+
 
 def normalize_by_max(scores: Mapping[str, float]) -> dict[str, float]:
     """Scale non-negative scores into [0, 1] by the largest one (0 stays 0; an all-zero map stays all zero)."""
@@ -66,3 +68,16 @@ def cap_at_origin(
 def rank(scores: Mapping[str, float]) -> list[str]:
     """Items by descending score; ties broken by id so rankings are deterministic."""
     return [item for item, _ in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def top_ranked(scores: Mapping[str, float], count: int) -> list[str]:
+    """``rank(scores)[:count]`` without ordering the rest: a walk at 100k chunks scores thousands of them, and the
+    pool takes a hundred. Only the items at or above the count-th best score (ties included) are sorted."""
+    if count <= 0:
+        return []
+    if len(scores) <= count:
+        return rank(scores)
+    values = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))
+    threshold = np.partition(values, len(values) - count)[len(values) - count]
+    items = list(scores)
+    return rank({items[i]: scores[items[i]] for i in np.flatnonzero(values >= threshold)})[:count]

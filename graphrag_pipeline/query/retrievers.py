@@ -59,6 +59,7 @@ from graphrag_pipeline.query.fusion import (
     normalize_by_max,
     rank,
     reciprocal_rank_fusion,
+    top_ranked,
     weighted_fusion,
 )
 from graphrag_pipeline.query.intent import IntentReader, RelationIntent
@@ -424,7 +425,7 @@ class GraphRetriever(VectorRetriever):
         linked = {eid: how for eid, how in self._link_question(links, query_vector).items()
                   if eid not in hidden.elements}
         seed_similarity = self._seed_similarity(result)
-        entry_entities = graph.entities_of_chunks(rank(seed_similarity)[:ENTRY_CHUNKS_FOR_SEEDS])
+        entry_entities = graph.entities_of_chunks(top_ranked(seed_similarity, ENTRY_CHUNKS_FOR_SEEDS))
         # One store read per (subjects, type) however many phrases ask about the same link.
         result.intents = self.index.intents.read(question, links, functools.cache(hidden.has_relationships(graph)))
         timings["link"] = elapsed_ms(started)
@@ -458,17 +459,18 @@ class GraphRetriever(VectorRetriever):
         link_bounds = {eid: confidence for eid, (_, confidence) in linked.items()
                        if seeds[eid] <= QUESTION_SEED_FACTOR * confidence}
         graph_scores, best_entity = self.chunk_graph_scores(result.reached, origin, link_bounds)
-        result.graph_scores = {c: s for c, s in graph_scores.items() if c not in hidden.chunks}
+        result.graph_scores = ({c: s for c, s in graph_scores.items() if c not in hidden.chunks} if hidden.chunks
+                               else graph_scores)
         result.best_entity = {**best_entity, **result.best_entity}
-        result.reached_from = {
-            chunk_id: origin[seed][0] for chunk_id, eid in best_entity.items()
-            if (seed := result.reached[eid].path[0]) in origin and origin[seed][0] != chunk_id
-        }
+        # The entry chunk each entity's walk set out from, for the entities a chunk-seeded walk reached.
+        came_from = {eid: origin[hit.path[0]][0] for eid, hit in result.reached.items() if hit.path[0] in origin}
+        result.reached_from = {chunk_id: came_from[eid] for chunk_id, eid in best_entity.items()
+                               if eid in came_from and came_from[eid] != chunk_id}
         timings["graph_scores"] = elapsed_ms(started)
 
         started = time.perf_counter()
         result.vector_floor = min(result.vector_scores.values(), default=0.0)
-        graph_pool = rank(result.graph_scores)[:SCORING_POOL]
+        graph_pool = top_ranked(result.graph_scores, SCORING_POOL)
         result.combined = self._ranking_scores(result, entry, graph_pool, parameters)
         timings["fuse"] = elapsed_ms(started)
         return result

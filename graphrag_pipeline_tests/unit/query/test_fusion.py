@@ -1,3 +1,5 @@
+import random
+
 import pytest
 
 from graphrag_pipeline.query.fusion import (
@@ -5,6 +7,7 @@ from graphrag_pipeline.query.fusion import (
     normalize_by_max,
     rank,
     reciprocal_rank_fusion,
+    top_ranked,
     weighted_fusion,
 )
 
@@ -56,3 +59,13 @@ def test_a_candidate_reached_from_another_ranks_right_below_it_unless_its_other_
     assert "gone" not in capped
     # a graph score that does not lift a candidate above its origin is left alone
     assert cap_at_origin({"a": 0.5, "b": 0.4}, {"a": 0.5, "b": 0.1}, {"b": "a"}) == {"a": 0.5, "b": 0.4}
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 100, 101, 3000])
+@pytest.mark.parametrize("distinct_scores", [True, False])
+def test_top_ranked_is_the_head_of_the_full_ranking_ties_included(size, distinct_scores):
+    generator = random.Random(size)
+    scores = {f"chunk-{generator.getrandbits(64):016x}":
+              generator.random() if distinct_scores else generator.randint(0, 3) / 4 for _ in range(size)}
+    for count in (0, 1, 5, 100, 200):
+        assert top_ranked(scores, count) == rank(scores)[:count]
