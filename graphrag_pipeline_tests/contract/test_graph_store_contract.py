@@ -644,6 +644,24 @@ def test_embedded_read_only_sees_writer_and_refuses_writes(tmp_path: Path) -> No
         assert "z" not in reopened.all_entity_ids()
 
 
+def test_embedded_reader_answers_chunks_of_entities_as_the_file_holds_them_after_each_commit(tmp_path: Path) -> None:
+    """A reader keeps the mentions in memory: each answer is the writer's, sorted, whatever was committed since."""
+    path = tmp_path / "graph.sqlite"
+    with EmbeddedGraphStore(path) as writer, EmbeddedGraphStore(path, read_only=True) as reader:
+        writer.upsert_entities([entity(eid) for eid in ("a", "b", "c")])
+        writer.set_chunk_mentions({"c9": ["a"], "c10": ["a", "b"], "c2": ["a", "c"]})
+        asked = ["a", "b", "c", "unknown", "a"]
+        assert reader.chunks_of_entities(asked) == writer.chunks_of_entities(asked) == {
+            "a": ["c10", "c2", "c9"], "b": ["c10"], "c": ["c2"]}
+        for change in (lambda: writer.set_chunk_mentions({"c10": ["c"], "c3": ["b"]}),
+                       lambda: writer.delete_chunks(["c2"]),
+                       lambda: writer.delete_entities(["a"]),
+                       lambda: writer.set_chunk_mentions({"c3": []})):
+            change()
+            assert reader.chunks_of_entities(asked) == writer.chunks_of_entities(asked)
+        assert reader.chunks_of_entities(asked) == {"c": ["c10"]}
+
+
 def test_embedded_read_only_needs_existing_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         EmbeddedGraphStore(tmp_path / "missing.sqlite", read_only=True)
