@@ -385,8 +385,11 @@ def catalog_entry(entity: Entity, documents: Mapping[str, Document]) -> Mapping[
 def catalog_systems(state: StateStore, entities: Iterable[Entity], catalog_pages: set[str],
                     access: ReaderAccess) -> dict[str, str]:
     """Entity id → the system its readable catalog entry names (``spec.system``), for those that have one."""
-    entities = list(entities)
+    # An entity of a large corpus cites hundreds of documents: with no catalog page among them, nothing to look at.
+    entities = list(entities) if catalog_pages else []
     wanted = {d for e in entities for d in e.doc_ids if d in catalog_pages and access.can_read(d)}
-    documents = {d.doc_id: d for d in state.documents(doc_ids=wanted)} if wanted else {}
+    if not wanted:
+        return {}
+    documents = {d.doc_id: d for d in state.documents(doc_ids=wanted)}
     systems = {e.entity_id: catalog_entry(e, documents).get("system") for e in entities}
     return {eid: system for eid, system in systems.items() if isinstance(system, str) and system}
