@@ -633,9 +633,7 @@ class GraphRetriever(VectorRetriever):
                         others.append(chunk_id)
                 chunk_ids = others
             plain.append((min(hit.score * specific[eid], bound), eid, chunk_ids))
-        best = strongest_contributions(plain, singular)
-        scores = {c: min(1.0, score) for c, (score, _) in best.items()}
-        return scores, {c: eid for c, (_, eid) in best.items()}
+        return strongest_contributions(plain, singular)
 
 
 def keyword_shares(index: KeywordIndex, question: str, hidden: Hidden) -> dict[str, float]:
@@ -656,20 +654,26 @@ def specificity(mention_count: int) -> float:
 
 def strongest_contributions(
     plain: list[tuple[float, str, list[str]]], singular: list[tuple[float, str, str]]
-) -> dict[str, tuple[float, str]]:
-    """Chunk → (its largest positive contribution, the smallest entity id giving it): ``plain`` holds one
-    contribution an entity gives each of its chunks, ``singular`` single (contribution, entity, chunk) pairs."""
-    best: dict[str, tuple[float, str]] = {}
+) -> tuple[dict[str, float], dict[str, str]]:
+    """Chunk → its largest positive contribution, clipped to 1, and chunk → the smallest entity id giving it:
+    ``plain`` holds one contribution an entity gives each of its chunks, ``singular`` single (contribution, entity,
+    chunk) triples. Thousands of chunks at 100k chunks: a plain entity's are assigned in bulk, in C."""
+    largest: dict[str, float] = {}
+    giver: dict[str, str] = {}
     ordered = sorted(plain, key=lambda item: item[1], reverse=True)
     ordered.sort(key=lambda item: item[0])  # stable: of equal contributions, the smallest entity id comes last
     for contribution, eid, chunk_ids in ordered:
         if contribution > 0.0:
-            best.update(dict.fromkeys(chunk_ids, (contribution, eid)))
+            largest.update(dict.fromkeys(chunk_ids, contribution))
+            giver.update(dict.fromkeys(chunk_ids, eid))
     for contribution, eid, chunk_id in singular:
-        held = best.get(chunk_id)
-        if contribution > 0.0 and (held is None or contribution > held[0] or (contribution == held[0] and eid < held[1])):
-            best[chunk_id] = (contribution, eid)
-    return best
+        held = largest.get(chunk_id)
+        if contribution > 0.0 and (held is None or contribution > held
+                                   or (contribution == held and eid < giver[chunk_id])):
+            largest[chunk_id], giver[chunk_id] = contribution, eid
+    if any(item[0] > 1.0 for item in plain) or any(item[0] > 1.0 for item in singular):
+        largest = {chunk_id: min(1.0, contribution) for chunk_id, contribution in largest.items()}
+    return largest, giver
 
 
 class HybridRetriever(GraphRetriever):

@@ -493,11 +493,12 @@ def test_a_question_without_an_identifier_leaves_the_keyword_index_unbuilt_when_
 
 
 def test_each_chunk_keeps_its_largest_contribution_and_the_smallest_entity_giving_it():
-    """The bulk assignment equals the pair-by-pair maximum, ties (clipped contributions are often equal) included."""
+    """The bulk assignment equals the pair-by-pair maximum, ties (clipped contributions are often equal) included,
+    and its score is clipped to 1 only after the largest contribution is chosen."""
     random = np.random.default_rng(7)
     chunks = [f"c{i}" for i in range(40)]
     for _ in range(200):
-        values = [0.0, 0.25, 0.5, 0.75, 1.0]  # few values, so that ties are common
+        values = [0.0, 0.25, 0.5, 0.75, 1.0, 1.25]  # few values, so that ties are common; above 1: clipped
         plain = [(float(random.choice(values)), f"e{i:02d}", list(random.choice(chunks, 6, replace=False)))
                  for i in random.permutation(12)]
         singular = [(float(random.choice(values)), f"e{random.integers(12):02d}", str(random.choice(chunks)))
@@ -507,7 +508,9 @@ def test_each_chunk_keeps_its_largest_contribution_and_the_smallest_entity_givin
         for value, eid, chunk in sorted(pairs, key=lambda pair: pair[1]):  # the first of equals wins
             if value > expected.get(chunk, (0.0, ""))[0]:
                 expected[chunk] = (value, eid)
-        assert strongest_contributions(plain, singular) == expected
+        assert strongest_contributions(plain, singular) == (
+            {chunk: min(1.0, value) for chunk, (value, _) in expected.items()},
+            {chunk: eid for chunk, (_, eid) in expected.items()})
 
 
 @pytest.mark.parametrize("question", [BRIDGE_QUESTION, HUB_QUESTION, LAGOON_QUESTION])
