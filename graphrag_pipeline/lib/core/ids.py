@@ -16,12 +16,10 @@ _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
 def content_hash(*parts: str) -> str:
-    """Stable hex digest of the given strings (separated so that ("ab", "c") != ("a", "bc"))."""
-    digest = hashlib.sha256()
-    for part in parts:
-        digest.update(part.encode("utf-8"))
-        digest.update(b"\x1f")
-    return digest.hexdigest()
+    """Stable hex digest of the given strings, each followed by a unit separator (so that ("ab", "c") != ("a",
+    "bc")): the SHA-256 of that text in UTF-8, hashed in one call (a community's hash has thousands of parts)."""
+    text = "\x1f".join(parts) + "\x1f" if parts else ""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 SHORT_HASH_CHARS = 32  # 128 bits
