@@ -6,7 +6,9 @@ and a busy timeout makes concurrent writers queue instead of failing. Every writ
 Neighbourhoods (what query-side traversal reads, once per hop) come from an immutable in-memory adjacency
 (compressed sparse rows in numpy arrays) built from the file on the first ``neighbourhoods`` call. This store's own
 writes drop it; writes by *other* connections are detected with ``PRAGMA data_version`` (which changes only when
-another connection commits). Either way the next call rebuilds it from one consistent snapshot of the file.
+another connection commits). Either way the next call rebuilds it from one consistent snapshot of the file. A
+read-only store (a query process's) keeps the mentions by entity in memory the same way, for graph scoring's
+``chunks_of_entities``.
 """
 
 from __future__ import annotations
