@@ -1,12 +1,12 @@
 """The sample corpus built and queried on the embedded tier and on servers, side by side (not a test: run it by hand).
 
-    python -m graphrag_pipeline_tests.benchmarks.bench_backends [--questions N]
+    python -m graphrag_pipeline_tests.benchmarks.bench_backends [--repeats N]
 
 Builds `data/corpus` + `data/catalog` twice in this process with one loaded embedder: embedded (SQLite state, the
 embedded graph, Qdrant Edge) and on servers (PostgreSQL state from the tests' throw-away PostgreSQL 18, ArcadeDB's
 Bolt server, qdrant-client's local mode). Prints each build's per-stage seconds, then query latency percentiles per
-mode over the same questions, Bolt round trips (read transactions) per question on the servers, and whether both
-indexes gave the same top document for each.
+mode over the same questions, Bolt statements per question on the servers, the time the server's read transactions
+took by their first statement, and whether both indexes gave the same top document for each question.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import argparse
 import os
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,7 @@ QUESTIONS = (
     "How is the OpenTelemetry collector configured in the demo?",
 )
 MODES = ("vector", "graph", "hybrid")
+STATEMENT_LABEL = 100  # characters of a statement that name it in the timings
 
 
 def _build(settings, embedder) -> dict[str, float]:
@@ -52,10 +54,12 @@ def _build(settings, embedder) -> dict[str, float]:
 
 class ReadCounter:
     """Counts the graph store's read transactions (one Bolt round trip each, or more when one runs several
-    statements: ``statements`` counts those)."""
+    statements: ``statements`` counts those), and times each by the start of its first statement (``milliseconds``):
+    what the server spends where."""
 
     def __init__(self) -> None:
         self.transactions = self.statements = 0
+        self.milliseconds: dict[str, list[float]] = defaultdict(list)
         original = Neo4jGraphStore._read
 
         def counted(store, work):
@@ -63,13 +67,20 @@ class ReadCounter:
 
             def counting_work(tx):
                 run = tx.run
+                first: list[str] = []
 
-                def counted_run(*args, **kwargs):
+                def counted_run(cypher, *args, **kwargs):
                     self.statements += 1
-                    return run(*args, **kwargs)
+                    first.append(" ".join(cypher.split())[:STATEMENT_LABEL])
+                    return run(cypher, *args, **kwargs)
 
                 tx.run = counted_run
-                return work(tx)
+                started = time.perf_counter()
+                try:
+                    return work(tx)  # the store's reads consume their results inside the transaction
+                finally:
+                    if first:
+                        self.milliseconds[first[0]].append((time.perf_counter() - started) * 1000)
 
             return original(store, counting_work)
 
@@ -83,6 +94,7 @@ def _latencies(settings, embedder, questions, repeats: int, reads: ReadCounter,
     tops = []
     with open_index(settings=settings, embedder=embedder) as index:
         index.query(questions[0])  # lookups built on the first question: paid once per process
+        reads.milliseconds.clear()
         for _ in range(repeats):
             for question in questions:
                 for mode in MODES:
@@ -129,6 +141,9 @@ def main() -> None:
             print(f"  {mode:7s} p50 {np.percentile(values, 50):7.1f} ms   p95 {np.percentile(values, 95):7.1f} ms"
                   f"   ({len(values)} queries)   Bolt statements per question: median "
                   f"{np.median(round_trips[mode]):.0f}, max {max(round_trips[mode])}")
+    print("\nBolt read transactions over the server's questions, by their first statement:")
+    for label, values in sorted(reads.milliseconds.items(), key=lambda item: -sum(item[1])):
+        print(f"  {len(values):5d} × median {np.median(values):6.1f} ms, {sum(values):8.0f} ms in all   {label}")
     (_, _, _, first), (_, _, _, second) = rows.values()
     print(f"\nsame top hybrid document for {sum(a == b for a, b in zip(first, second))} of {len(first)} questions")
 
