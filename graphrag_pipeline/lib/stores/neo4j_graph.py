@@ -639,19 +639,21 @@ class Neo4jGraphStore:
         return found
 
     def _grouped(self, cypher: str, keys: Iterable[str]) -> dict[str, list[str]]:
-        pairs: list[tuple[str, str]] = []
-        for batch in self._batches(_unique(keys)):
-            pairs += [(record["key"], record["value"]) for record in self._query(cypher, ids=list(batch))]
+        """key -> its values (sorted, each once), from ``cypher``'s rows of a key and the list of its values: a row
+        per key, not per pair, since ArcadeDB spends more on each row it returns than on reading it (a question's
+        chunks of entities, 336 pairs of 44 entities: 42 ms as pairs, 17 ms grouped)."""
         grouped: dict[str, list[str]] = {}
-        for key, value in sorted(set(pairs)):
-            grouped.setdefault(key, []).append(value)
+        for batch in self._batches(_unique(keys)):
+            for record in self._query(cypher, ids=list(batch)):
+                if record["values"]:
+                    grouped[record["key"]] = sorted(set(record["values"]))
         return grouped
 
     def entities_of_chunks(self, chunk_ids: Iterable[str]) -> dict[str, list[str]]:
         """Chunk id → entity ids it mentions (sorted); chunks without mentions are absent."""
         return self._grouped(
             f"UNWIND $ids AS id MATCH (c:{CHUNK_LABEL} {{chunk_id: id}})-[:{MENTIONS}]->(e:{ENTITY_LABEL}) "
-            "RETURN c.chunk_id AS key, e.entity_id AS value",
+            "RETURN id AS key, collect(e.entity_id) AS values",
             chunk_ids,
         )
 
@@ -661,7 +663,7 @@ class Neo4jGraphStore:
         # every chunk, most of a server-tier question's time (docs/benchmarks.md).
         return self._grouped(
             f"UNWIND $ids AS id MATCH (e:{ENTITY_LABEL} {{entity_id: id}})<-[:{MENTIONS}]-(c:{CHUNK_LABEL}) "
-            "RETURN e.entity_id AS key, c.chunk_id AS value",
+            "RETURN id AS key, collect(c.chunk_id) AS values",
             entity_ids,
         )
 
