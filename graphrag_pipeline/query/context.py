@@ -385,8 +385,9 @@ def catalog_entry(entity: Entity, documents: Mapping[str, Document]) -> Mapping[
 def catalog_systems(state: StateStore, entities: Iterable[Entity], catalog_pages: set[str],
                     access: ReaderAccess) -> dict[str, str]:
     """Entity id → the system its readable catalog entry names (``spec.system``), for those that have one."""
-    # An entity of a large corpus cites hundreds of documents: with no catalog page among them, nothing to look at.
-    entities = list(entities) if catalog_pages else []
+    if not catalog_pages:  # nothing to look at (an entity of a large corpus cites hundreds of other documents)
+        return {}
+    entities = list(entities)
     wanted = {d for e in entities for d in e.doc_ids if d in catalog_pages and access.can_read(d)}
     if not wanted:
         return {}
