@@ -554,27 +554,29 @@ class EdgeVectorStore:
 
     def _write_live_points(self, collection: str, target: Path) -> None:
         """A new shard at ``target`` holding the working shard's points, with its vector settings and payload
-        indexes; the caller holds the collection's lock."""
+        indexes; the caller holds the collection's lock. Points go over as the working shard returns them (ids,
+        vectors and payloads were checked when they were written), a batch at a time."""
         shard_dir = self._shard_dir(collection)
-        working = EdgeShard.load(str(shard_dir))
-        try:
-            points = _points(working)
-            indexed = sorted(working.info().payload_schema)
-        finally:
-            working.close()
         config = json.loads((shard_dir / _EDGE_CONFIG_FILE).read_text(encoding="utf-8"))
         dimension = _shard_dimension(shard_dir)
         float16 = config["vectors"][VECTOR_NAME].get("datatype") == "float16"  # an earlier version's float32 stays
-        fresh = EdgeShard.create(str(target), _collection_config(dimension, float16))
-        try:
-            for field_name in indexed:
+        with ExitStack() as shards:
+            working = EdgeShard.load(str(shard_dir))
+            shards.callback(working.close)
+            fresh = EdgeShard.create(str(target), _collection_config(dimension, float16))
+            shards.callback(fresh.close)
+            for field_name in sorted(working.info().payload_schema):
                 fresh.update(UpdateOperation.create_field_index(field_name, PayloadSchemaType.Keyword))
-            converted = [self._to_point(point, dimension) for point in points.values()]
-            for start in range(0, len(converted), BATCH_SIZE):
-                fresh.update(UpdateOperation.upsert_points(converted[start : start + BATCH_SIZE]))
+            offset = None
+            while True:
+                records, offset = working.scroll(
+                    ScrollRequest(offset=offset, limit=BATCH_SIZE, with_payload=True, with_vector=True))
+                if records:
+                    fresh.update(UpdateOperation.upsert_points(
+                        [Point(id=str(r.id), vector=r.vector, payload=r.payload) for r in records]))
+                if offset is None:
+                    break
             fresh.flush()
-        finally:
-            fresh.close()
 
     def _retire_working_shard(self, collection: str) -> None:
         """Deletes a working shard that the current version holds a copy of; the caller holds the collection's
