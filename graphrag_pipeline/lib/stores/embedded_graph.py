@@ -115,17 +115,28 @@ _IDS = "(SELECT value FROM json_each(?))"
 _ID_SEPARATOR = " "
 
 _ENTITY_COLUMNS = "entity_id, name, canonical, type, description, mention_count, chunk_ids, doc_ids, aliases, title"
+_STORED_RELATIONSHIP_COLUMNS = (
+    "relationship_id, source_id, target_id, type, description_id, weight, chunk_ids, doc_ids, predicates"
+)
+
+
+def _id_lists(columns: str) -> str:
+    """The JSON arrays in ``columns`` as one array of arrays, so a row takes one JSON decode instead of three (the
+    decoder's per-call cost was half the time of turning rows into records)."""
+    return "'[' || " + " || ',' || ".join(columns.split(", ")) + " || ']'"
+
+
+_ENTITY_READ = f"entity_id, name, canonical, type, description, mention_count, {_id_lists('chunk_ids, doc_ids, aliases')}"
 # What entity reads select, by the file's version (a reader does not migrate: before version 3, no titles).
-_UNTITLED_ENTITY_COLUMNS = _ENTITY_COLUMNS.replace(", title", ", '' AS title")
-_ENTITY_SELECTS = {1: _UNTITLED_ENTITY_COLUMNS, 2: _UNTITLED_ENTITY_COLUMNS, SCHEMA_VERSION: _ENTITY_COLUMNS}
-_RELATIONSHIP_COLUMNS = (
-    "relationship_id, source_id, target_id, type, description, weight, chunk_ids, doc_ids, predicates"
+_ENTITY_SELECTS = {1: f"{_ENTITY_READ}, '' AS title", 2: f"{_ENTITY_READ}, '' AS title",
+                   SCHEMA_VERSION: f"{_ENTITY_READ}, title"}
+_RELATIONSHIP_READ = (
+    f"relationship_id, source_id, target_id, type, description, weight, {_id_lists('chunk_ids, doc_ids, predicates')}"
 )
 # What relationship reads select from, by the file's version: a reader does not migrate, and reads a file of
 # version 1 as it is until its first writer moves the descriptions out.
 _JOINED_RELATIONSHIPS = "relationships JOIN relationship_descriptions USING (description_id)"
 _RELATIONSHIPS = {1: "relationships", 2: _JOINED_RELATIONSHIPS, SCHEMA_VERSION: _JOINED_RELATIONSHIPS}
-_STORED_RELATIONSHIP_COLUMNS = _RELATIONSHIP_COLUMNS.replace("description", "description_id")
 
 _UPSERT_ENTITY = f"""
 INSERT INTO entities ({_ENTITY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -201,6 +212,8 @@ def _relationship_row(relationship: Relationship) -> tuple[Any, ...]:
 
 
 def _entity_from_row(row: Sequence[Any]) -> Entity:
+    """An entity from a row of ``_ENTITY_SELECTS``."""
+    chunk_ids, doc_ids, aliases = json.loads(row[6])
     return Entity(
         entity_id=row[0],
         name=row[1],
@@ -208,14 +221,16 @@ def _entity_from_row(row: Sequence[Any]) -> Entity:
         type=row[3],
         description=row[4],
         mention_count=row[5],
-        chunk_ids=_load(row[6]),
-        doc_ids=_load(row[7]),
-        aliases=_load(row[8]),
-        title=row[9],
+        chunk_ids=tuple(chunk_ids),
+        doc_ids=tuple(doc_ids),
+        aliases=tuple(aliases),
+        title=row[7],
     )
 
 
 def _relationship_from_row(row: Sequence[Any]) -> Relationship:
+    """A relationship from a row of ``_RELATIONSHIP_READ``."""
+    chunk_ids, doc_ids, predicates = json.loads(row[6])
     return Relationship(
         relationship_id=row[0],
         source_id=row[1],
@@ -223,9 +238,9 @@ def _relationship_from_row(row: Sequence[Any]) -> Relationship:
         type=row[3],
         description=row[4],
         weight=row[5],
-        chunk_ids=_load(row[6]),
-        doc_ids=_load(row[7]),
-        predicates=_load(row[8]),
+        chunk_ids=tuple(chunk_ids),
+        doc_ids=tuple(doc_ids),
+        predicates=tuple(predicates),
     )
 
 
@@ -476,7 +491,7 @@ class EmbeddedGraphStore:
         """``SELECT`` of whole relationships, then ``clauses``; the version and the rows read in one snapshot."""
         with self._read() as conn:
             source = _RELATIONSHIPS[conn.execute("PRAGMA user_version").fetchone()[0]]
-            rows = conn.execute(f"SELECT {_RELATIONSHIP_COLUMNS} FROM {source} {clauses}", parameters).fetchall()
+            rows = conn.execute(f"SELECT {_RELATIONSHIP_READ} FROM {source} {clauses}", parameters).fetchall()
         return [_relationship_from_row(row) for row in rows]
 
     def get_entities(self, entity_ids: Iterable[str]) -> dict[str, Entity]:
