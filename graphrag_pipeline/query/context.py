@@ -325,7 +325,8 @@ class _ServiceDetails:
         # The catalog entries of the services (their system) and of their owners (their contacts).
         own_pages = {d for e in [*self.entities.values(), *services.values()] for d in e.doc_ids
                      if d in catalog_pages and self.access.can_read(d)}
-        self.documents = {d.doc_id: d for d in self.builder.state.documents(doc_ids=wanted | own_pages)}
+        self.documents = {d.doc_id: d
+                          for d in self.builder.state.documents(doc_ids=wanted | own_pages, with_text=False)}
 
     def service(self, entity: Entity, role: str, hops: int, path: list[str]) -> ContextService:
         config = self.config
@@ -391,6 +392,6 @@ def catalog_systems(state: StateStore, entities: Iterable[Entity], catalog_pages
     wanted = {d for e in entities for d in e.doc_ids if d in catalog_pages and access.can_read(d)}
     if not wanted:
         return {}
-    documents = {d.doc_id: d for d in state.documents(doc_ids=wanted)}
+    documents = {d.doc_id: d for d in state.documents(doc_ids=wanted, with_text=False)}
     systems = {e.entity_id: catalog_entry(e, documents).get("system") for e in entities}
     return {eid: system for eid, system in systems.items() if isinstance(system, str) and system}

@@ -89,7 +89,7 @@ def entity_neighbourhood(index: Index, entity_id: str, *, groups: Iterable[str] 
     ends = index.graph.get_entities({r.source_id for r in readable} | {r.target_id for r in readable})
     about = sorted(((strength, doc_id) for doc_id, strength in index.documents_about(entity_id).items()
                     if access.can_read(doc_id)), key=lambda item: (-item[0], item[1]))[:limit]
-    titles = {d.doc_id: d.title for d in index.state.documents(doc_ids={doc_id for _, doc_id in about})}
+    titles = index.state.document_titles(doc_id for _, doc_id in about)
     return {
         "entity": _entity_row(entity, access),
         # The documents about it (its title, path or a catalog link names it), the ones the caller may read.

@@ -378,7 +378,8 @@ class VectorRetriever:
 
     def passages(self, candidate_ids: Sequence[str]) -> dict[str, Passage]:
         chunks = self.index.state.chunks(chunk_ids=candidate_ids)
-        documents = {d.doc_id: d for d in self.index.state.documents(doc_ids={c.doc_id for c in chunks})}
+        documents = {d.doc_id: d
+                     for d in self.index.state.documents(doc_ids={c.doc_id for c in chunks}, with_text=False)}
         return {
             chunk.chunk_id: Passage(
                 text=chunk.text,
@@ -724,7 +725,8 @@ class GlobalRetriever:
         entities = self.index.graph.get_entities({eid for ids in members.values() for eid in ids})
         cited_ids = {cid: summaries[cid]["chunk_ids"][:CITATIONS_PER_SUMMARY] for cid in members}
         cited_chunks = {c.chunk_id: c for c in state.chunks(chunk_ids=[c for ids in cited_ids.values() for c in ids])}
-        documents = {d.doc_id: d for d in state.documents(doc_ids={c.doc_id for c in cited_chunks.values()})}
+        documents = {d.doc_id: d for d in state.documents(doc_ids={c.doc_id for c in cited_chunks.values()},
+                                                          with_text=False)}
         passages = {}
         for cid, entity_ids in members.items():
             summary = summaries[cid]

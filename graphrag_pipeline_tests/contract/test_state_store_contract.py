@@ -7,6 +7,7 @@ graphrag_pipeline_tests/postgres.py, a database per test).
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import json
 import multiprocessing
 import zlib
@@ -221,6 +222,8 @@ def test_documents_round_trip_with_access_groups(state: StateStore) -> None:
     assert state.document_hashes() == {"a": "hash-alpha", "b": "hash-beta"}
     assert state.document_hashes(shards=[1]) == {"b": "hash-beta"}
     assert state.documents(doc_ids=["b"]) == [restricted]
+    assert state.documents(doc_ids=["b"], with_text=False) == [dataclasses.replace(restricted, text="")]
+    assert state.documents(shards=[0], with_text=False) == [dataclasses.replace(public, text="")]
     assert state.restricted_documents() == {"b": frozenset({"ops", "sre"})}
     assert state.document_titles(["a"]) == {"a": "Title of a"}
     assert state.document_count() == 2

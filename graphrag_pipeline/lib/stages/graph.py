@@ -185,7 +185,7 @@ def _mentions_after(
 def chunk_texts(ws: Workspace, chunk_ids: Sequence[str]) -> list[ChunkText]:
     """The chunks with their documents' titles, URIs and access groups: the lexical graph's nodes."""
     chunks = ws.state.chunks(chunk_ids=chunk_ids)
-    documents = {d.doc_id: d for d in ws.state.documents(doc_ids={c.doc_id for c in chunks})}
+    documents = {d.doc_id: d for d in ws.state.documents(doc_ids={c.doc_id for c in chunks}, with_text=False)}
     restricted = ws.state.restricted_documents()
     return [ChunkText(c.chunk_id, c.doc_id, c.position, c.text, documents[c.doc_id].title, documents[c.doc_id].uri,
                       tuple(sorted(restricted.get(c.doc_id, ()))))

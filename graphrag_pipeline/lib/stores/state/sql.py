@@ -452,8 +452,10 @@ class SQLStateStore(abc.ABC):
                 "AND doc_id NOT IN (SELECT doc_id FROM documents)", (WITHDRAWN_GROUP, doc_id)).rowcount
                 for doc_id in doc_ids)
 
-    def documents(self, shards: Iterable[int] | None = None, doc_ids: Iterable[str] | None = None) -> list[Document]:
-        sql = "SELECT doc_id, source, uri, title, text, content_hash, metadata FROM documents"
+    def documents(self, shards: Iterable[int] | None = None, doc_ids: Iterable[str] | None = None, *,
+                  with_text: bool = True) -> list[Document]:
+        text = "text" if with_text else "''"
+        sql = f"SELECT doc_id, source, uri, title, {text}, content_hash, metadata FROM documents"
         params: list[Any] = []
         if shards is not None:
             shard_list = sorted(set(shards))
