@@ -58,7 +58,7 @@ class FolderReader:
         return scan_folder_hashes(source)
 
     def read(self, source: FolderSource, context: ReadContext | None) -> SourceScan:
-        return read_folder(source)
+        return read_folder(source, context)
 
 
 def scan_folder_hashes(source: FolderSource) -> dict[str, str]:
@@ -74,7 +74,9 @@ def scan_folder_hashes(source: FolderSource) -> dict[str, str]:
     return hashes
 
 
-def read_folder(source: FolderSource) -> SourceScan:
+def read_folder(source: FolderSource, context: ReadContext | None = None) -> SourceScan:
+    """Every file's change hash, and the documents of those files the context wants (all of them without one): a
+    re-sync of a few shards decodes and parses only their new and changed files."""
     root = _folder_root(source)
     listing = _source_files(source, root)
     documents: list[Document] = []
@@ -101,6 +103,8 @@ def read_folder(source: FolderSource) -> SourceScan:
                       f"({source.max_document_bytes}); not read: split the file or raise the limit")
             quarantined.append(Quarantined(STAGE, doc_id, reason))
             withdrawn.add(doc_id)
+            continue
+        if context is not None and not context.wants(doc_id, hashes[doc_id]):
             continue
         try:
             raw_text = content.data.decode("utf-8")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol, TypeVar
+from typing import Any, Iterable, Mapping, Protocol, TypeVar
 
 import yaml
 
 from graphrag_pipeline.lib.core.config import BaseSource
 from graphrag_pipeline.lib.core.errors import GraphRAGError
+from graphrag_pipeline.lib.core.ids import stable_shard
 from graphrag_pipeline.lib.core.models import Document, Quarantined
 
 STAGE = "sources"  # the stage named in the quarantine records of every reader
@@ -48,11 +49,19 @@ class SourceMarks(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ReadContext:
-    """What the ingest stage tells a reader: the shards this run brings up to date and where an incremental reader
-    keeps its marks. A read without a context (tests, one-off reads) is a full read that records nothing."""
+    """What the ingest stage tells a reader: the shards this run brings up to date, where an incremental reader
+    keeps its marks, and the change hashes the index holds for those shards' documents. A read without a context
+    (tests, one-off reads) is a full read that records nothing."""
 
     shards: frozenset[int]
     marks: SourceMarks
+    shard_count: int
+    known: Mapping[str, str] = field(default_factory=dict)  # doc id -> the change hash of its indexed version
+
+    def wants(self, doc_id: str, change_hash: str) -> bool:
+        """Whether this run needs the item as a document: in one of its shards and not as the index holds it (its
+        hash is all the run needs of any other item; the documents it returns are compared by hash anyway)."""
+        return stable_shard(doc_id, self.shard_count) in self.shards and self.known.get(doc_id) != change_hash
 
 
 SourceT = TypeVar("SourceT", bound=BaseSource, contravariant=True)

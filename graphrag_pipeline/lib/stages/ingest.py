@@ -21,15 +21,18 @@ def ingest_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
     report = StageReport("raw_documents")
     shard_set = set(shards)
     count = ws.settings.shard_count
-    context = ReadContext(shards=frozenset(shard_set), marks=ws.state)
     progress = ws.progress(report.stage, "read sources", len(ws.settings.sources))
     for source in ws.settings.sources:
+        known = ws.state.document_hashes(shard_set, source=source.name)
+        context = ReadContext(shards=frozenset(shard_set), marks=ws.state, shard_count=count, known=known)
         with report.timed("read"):
             scan = without_oversized(read_source(source, context), source.max_document_bytes)
         in_shards = [d for d in scan.documents if stable_shard(d.doc_id, count) in shard_set]
-        known = ws.state.document_hashes(shard_set, source=source.name)
         changed = [d for d in in_shards if known.get(d.doc_id) != d.content_hash]
-        present = {d.doc_id for d in in_shards}
+        seen = {doc_id: h for doc_id, h in scan.hashes.items() if stable_shard(doc_id, count) in shard_set}
+        # What the shards hold: the documents read, and the unchanged ones a reader need not return (see ReadContext).
+        present = {d.doc_id for d in in_shards} | {
+            doc_id for doc_id, h in seen.items() if known.get(doc_id) == h and doc_id not in scan.withdrawn}
         quarantined_ids = {q.item_id for q in scan.quarantined}
         # ``hashes`` lists every item the source holds (an incremental read returns only the modified documents);
         # an item that failed to read this time is not deleted either: keep its last good version, unless the reader
@@ -49,15 +52,14 @@ def ingest_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
             ws.state.clear_quarantine(SOURCES_STAGE, [d.doc_id for d in changed] + deleted)
             if scan.quarantined:
                 ws.state.quarantine(scan.quarantined)
-            seen = {doc_id: h for doc_id, h in scan.hashes.items() if stable_shard(doc_id, count) in shard_set}
             ws.state.record_seen_sources(shard_set, seen, {d: stable_shard(d, count) for d in seen}, source.name)
         new_ids = {d.doc_id for d in changed} - set(known)
-        report.counts[f"{source.name}.documents"] = len(in_shards)
+        report.counts[f"{source.name}.documents"] = len(present)
         report.counts.update({f"{source.name}.{name}": value for name, value in scan.counts.items()})
-        report.counts["documents"] = report.counts.get("documents", 0) + len(in_shards)
+        report.counts["documents"] = report.counts.get("documents", 0) + len(present)
         report.counts["new"] = report.counts.get("new", 0) + len(new_ids)
         report.counts["changed"] = report.counts.get("changed", 0) + len(changed) - len(new_ids)
-        report.counts["unchanged"] = report.counts.get("unchanged", 0) + len(in_shards) - len(changed)
+        report.counts["unchanged"] = report.counts.get("unchanged", 0) + len(present) - len(changed)
         report.counts["deleted"] = report.counts.get("deleted", 0) + len(deleted)
         report.counts["quarantined"] = report.counts.get("quarantined", 0) + len(scan.quarantined)
         report.sample += [{"doc_id": d.doc_id, "title": d.title, "chars": len(d.text)} for d in changed[:5]]
