@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from qdrant_edge import Distance, EdgeConfig, EdgeShard, EdgeVectorParams
+from qdrant_edge import Distance, EdgeConfig, EdgeShard, EdgeVectorParams, VectorStorageDatatype
 
 import graphrag_pipeline
 from graphrag_pipeline.lib.core.models import VectorPoint
@@ -577,6 +577,32 @@ def test_new_shards_have_no_write_ahead_log_and_a_writer_killed_after_upsert_los
         last = np.array([1.0, 50.0, 0.0, 0.0])
         np.testing.assert_allclose(reader.vectors("chunks", ["k-49"])["k-49"], last / np.linalg.norm(last),
                                    atol=SCORE_TOLERANCE)
+
+
+@pytest.mark.parametrize("created_by", ["this version", "an earlier version"])
+def test_a_publish_after_deletes_leaves_no_deleted_payload_in_the_published_files(tmp_path: Path, created_by: str) -> None:
+    """A deleted point's payload stays in its segment's files until the segment is rebuilt; the publish after a
+    delete rebuilds it (an earlier version's shard, created without the vacuum settings, is given them)."""
+    if created_by == "an earlier version":
+        float16 = EdgeVectorParams(size=DIM, distance=Distance.Cosine, datatype=VectorStorageDatatype.Float16)
+        shard_dir = tmp_path / "vectors" / "collections" / "chunks" / "shard"
+        EdgeShard.create(str(shard_dir), EdgeConfig(vectors={VECTOR_NAME: float16}, wal_enabled=False)).close()
+    store = edge_store(tmp_path)
+    store.upsert("chunks", [VectorPoint(f"k-{i}", (1.0, i + 1.0, 0.0, 0.0), {"doc_ids": [f"doc-{i:04d}-marker"]})
+                            for i in range(300)])
+    store.publish()
+    store.delete_by_document("chunks", "doc-0007-marker")
+    store.delete("chunks", ["k-8"])
+    store.publish()
+
+    published = b"".join(path.read_bytes() for path in (tmp_path / "vectors" / "published").rglob("*")
+                         if path.is_file())
+    assert b"doc-0007-marker" not in published and b"doc-0008-marker" not in published
+    assert b"doc-0009-marker" in published
+    with EdgeVectorReader(tmp_path / "vectors", scratch_dir=tmp_path) as reader:
+        assert reader.point_ids("chunks") == {f"k-{i}" for i in range(300)} - {"k-7", "k-8"}
+        kept = reader.search("chunks", (1.0, 10.0, 0.0, 0.0), limit=5, must_match={"doc_ids": "doc-0009-marker"})
+        assert [(hit.point_id, hit.payload) for hit in kept] == [("k-9", {"doc_ids": ["doc-0009-marker"]})]
 
 
 def test_a_float32_shard_with_a_write_ahead_log_from_an_earlier_version_is_still_written_and_published(

@@ -17,8 +17,10 @@ and agents query from their own. So:
   since the last publish goes into the next version as hard links to the current version's files, which are never
   written once published (readers open copies): a build that only reads a collection copies it once, not twice.
 * A delete only marks points deleted: their payloads (document ids) stay in the segment files until an optimizer
-  merges the segment. So the first publish after a delete writes that collection's version as a new shard from the
-  live points (``deleted-since-publish`` marks it), and no published version carries a deleted document.
+  rebuilds the segment. So the first publish after a delete (``deleted-since-publish`` marks it) optimizes that
+  collection with a vacuum threshold of zero, which rebuilds every segment holding a deleted point from its live
+  points, and no published version carries a deleted document. (A shard an earlier version created with a
+  write-ahead log is written anew from its live points instead: its log still holds what was deleted.)
 * Shards are created without a write-ahead log. Every writing operation flushes before it returns (a ``session``, when
   it ends), and that flush is what makes it durable: the WAL would only add a second copy of every vector written
   since the shard was created, which doubled the size of the collections at rest and of every copy. Shards created
@@ -74,6 +76,7 @@ from qdrant_edge import (
     CountRequest,
     Distance,
     EdgeConfig,
+    EdgeOptimizersConfig,
     EdgeShard,
     EdgeVectorParams,
     FieldCondition,
@@ -109,10 +112,15 @@ _VERSION_NAME = re.compile(r"^v(\d{6,})$")
 _EDGE_CONFIG_FILE = "edge_config.json"  # written by Qdrant Edge into every shard directory
 
 
+# An optimize rebuilds every segment holding a deleted point, however few: the rebuilt segment's files hold the live
+# points only (see the module docstring).
+_PURGING_OPTIMIZERS = EdgeOptimizersConfig(deleted_threshold=0.0, vacuum_min_vector_number=0)
+
+
 def _collection_config(dimension: int, float16: bool = True) -> EdgeConfig:
     datatype = VectorStorageDatatype.Float16 if float16 else VectorStorageDatatype.Float32
     vector = EdgeVectorParams(size=dimension, distance=Distance.Cosine, datatype=datatype)
-    return EdgeConfig(vectors={VECTOR_NAME: vector}, wal_enabled=False)
+    return EdgeConfig(vectors={VECTOR_NAME: vector}, optimizers=_PURGING_OPTIMIZERS, wal_enabled=False)
 
 
 def _match_filter(must_match: dict[str, Any] | None) -> Filter | None:
@@ -192,6 +200,13 @@ def _points(shard: EdgeShard) -> dict[str, VectorPoint]:
 def _shard_dimension(shard_dir: Path) -> int:
     config = json.loads((shard_dir / _EDGE_CONFIG_FILE).read_text(encoding="utf-8"))
     return int(config["vectors"][VECTOR_NAME]["size"])
+
+
+def _same_vectors_config(shard_dir: Path) -> EdgeConfig:
+    """This version's settings with the vectors of the shard at ``shard_dir`` (an earlier version's float32 stays)."""
+    config = json.loads((shard_dir / _EDGE_CONFIG_FILE).read_text(encoding="utf-8"))
+    float16 = config["vectors"][VECTOR_NAME].get("datatype") == "float16"
+    return _collection_config(_shard_dimension(shard_dir), float16)
 
 
 @contextmanager
@@ -534,36 +549,37 @@ class EdgeVectorStore:
     def _copy_working_shard(self, collection: str, target: Path, optimize: bool) -> None:
         """Optimizes the working shard and copies it to ``target``; the caller holds the collection's lock.
 
-        After a delete, ``target`` is a new shard written from the live points instead: a deleted point's payload
-        (a deleted document's id and title) stays in the segment files of the shard it was deleted from until an
-        optimizer happens to merge that segment, and a published version must not carry it."""
-        if self._deleted_marker(collection).exists():
+        After a delete the shard is optimized whatever ``optimize`` says, with the purging vacuum settings (a shard
+        created by an earlier version takes them as it is loaded): a deleted point's payload (a deleted document's id
+        and title) stays in the segment files until its segment is rebuilt, and a published version must not carry
+        it. A shard with a write-ahead log is written anew from its live points instead."""
+        shard_dir = self._shard_dir(collection)
+        deleted = self._deleted_marker(collection).exists()
+        config = None
+        if deleted and (shard_dir / "wal").exists():
             self._write_live_points(collection, target)
-            source = target
-        else:
-            source = self._shard_dir(collection)
-        shard = EdgeShard.load(str(source))
+            shard_dir, deleted = target, False
+        elif deleted:
+            config = _same_vectors_config(shard_dir)
+        shard = EdgeShard.load(str(shard_dir), config)
         try:
-            if optimize:
+            if optimize or deleted:
                 shard.optimize()
             shard.flush()
         finally:
             shard.close()
-        if source != target:
-            _copy_tree_sparse(source, target)
+        if shard_dir != target:
+            _copy_tree_sparse(shard_dir, target)
 
     def _write_live_points(self, collection: str, target: Path) -> None:
         """A new shard at ``target`` holding the working shard's points, with its vector settings and payload
         indexes; the caller holds the collection's lock. Points go over as the working shard returns them (ids,
         vectors and payloads were checked when they were written), a batch at a time."""
         shard_dir = self._shard_dir(collection)
-        config = json.loads((shard_dir / _EDGE_CONFIG_FILE).read_text(encoding="utf-8"))
-        dimension = _shard_dimension(shard_dir)
-        float16 = config["vectors"][VECTOR_NAME].get("datatype") == "float16"  # an earlier version's float32 stays
         with ExitStack() as shards:
             working = EdgeShard.load(str(shard_dir))
             shards.callback(working.close)
-            fresh = EdgeShard.create(str(target), _collection_config(dimension, float16))
+            fresh = EdgeShard.create(str(target), _same_vectors_config(shard_dir))
             shards.callback(fresh.close)
             for field_name in sorted(working.info().payload_schema):
                 fresh.update(UpdateOperation.create_field_index(field_name, PayloadSchemaType.Keyword))
