@@ -37,8 +37,13 @@ def build_communities(ws: Workspace) -> StageReport:
     progress.advance(len(edges))
     communities = update.communities
     with report.timed("store"):
-        ws.state.write_payloads(COMMUNITY_PAYLOADS, {c.community_id: ("", json.dumps(c.to_dict())) for c in communities},
-                                replace_all=True)
+        # Only what changed is written: an incremental run keeps most communities as they were.
+        before = {c.community_id: c for c in previous}
+        after = {c.community_id: c for c in communities}
+        ws.state.write_payloads(
+            COMMUNITY_PAYLOADS,
+            {cid: ("", json.dumps(c.to_dict())) for cid, c in after.items() if before.get(cid) != c},
+            [cid for cid in before if cid not in after])
         ws.state.record_stage_mark(FULL_RUN_MARK, json.dumps(
             {"at": time.time(), "reclustered": 0} if full else
             {**since_full, "reclustered": since_full["reclustered"] + update.reclustered_entities}))
