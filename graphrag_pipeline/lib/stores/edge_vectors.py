@@ -204,9 +204,8 @@ def _shard_dimension(shard_dir: Path) -> int:
 
 def _same_vectors_config(shard_dir: Path) -> EdgeConfig:
     """This version's settings with the vectors of the shard at ``shard_dir`` (an earlier version's float32 stays)."""
-    config = json.loads((shard_dir / _EDGE_CONFIG_FILE).read_text(encoding="utf-8"))
-    float16 = config["vectors"][VECTOR_NAME].get("datatype") == "float16"
-    return _collection_config(_shard_dimension(shard_dir), float16)
+    vectors = json.loads((shard_dir / _EDGE_CONFIG_FILE).read_text(encoding="utf-8"))["vectors"][VECTOR_NAME]
+    return _collection_config(int(vectors["size"]), vectors.get("datatype") == "float16")
 
 
 @contextmanager
@@ -553,23 +552,22 @@ class EdgeVectorStore:
         created by an earlier version takes them as it is loaded): a deleted point's payload (a deleted document's id
         and title) stays in the segment files until its segment is rebuilt, and a published version must not carry
         it. A shard with a write-ahead log is written anew from its live points instead."""
-        shard_dir = self._shard_dir(collection)
+        working = self._shard_dir(collection)
         deleted = self._deleted_marker(collection).exists()
-        config = None
-        if deleted and (shard_dir / "wal").exists():
+        if deleted and (working / "wal").exists():
             self._write_live_points(collection, target)
-            shard_dir, deleted = target, False
-        elif deleted:
-            config = _same_vectors_config(shard_dir)
-        shard = EdgeShard.load(str(shard_dir), config)
+            source, config, vacuum = target, None, False
+        else:
+            source, config, vacuum = working, _same_vectors_config(working) if deleted else None, deleted
+        shard = EdgeShard.load(str(source), config)
         try:
-            if optimize or deleted:
+            if optimize or vacuum:
                 shard.optimize()
             shard.flush()
         finally:
             shard.close()
-        if shard_dir != target:
-            _copy_tree_sparse(shard_dir, target)
+        if source != target:
+            _copy_tree_sparse(source, target)
 
     def _write_live_points(self, collection: str, target: Path) -> None:
         """A new shard at ``target`` holding the working shard's points, with its vector settings and payload
