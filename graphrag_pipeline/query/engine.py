@@ -22,7 +22,7 @@ import numpy as np
 from graphrag_pipeline.lib.algorithms.merge import entity_from_payload, relationship_from_payload
 from graphrag_pipeline.lib.core.config import PipelineSettings
 from graphrag_pipeline.lib.core.models import Entity, Relationship
-from graphrag_pipeline.lib.stores.protocols import Embedder, GraphStore, VectorStore
+from graphrag_pipeline.lib.stores.protocols import Embedder, GraphStore, Subgraph, VectorStore
 from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.query.access import ReaderAccess, reader_access
 from graphrag_pipeline.query.context import ContextBuilder, IncidentContext, catalog_systems
@@ -234,7 +234,7 @@ class QueryEngine:
         started = time.perf_counter()
         passages = self._readable_passages(retriever, retrieval, parameters, access)
         paths = self._readable_paths(retrieval, passages, access)
-        visible = self._visible_entities(retrieval, paths, access)
+        visible, among = self._visible_subgraph(retrieval, paths, access)
         results = [
             QueryResult(
                 chunk_id=candidate_id,
@@ -251,7 +251,6 @@ class QueryEngine:
         ]
         followed = {r.relationship_id: r for r in retrieval.followed
                     if r.source_id in visible and r.target_id in visible}
-        among = self.graph.relationships_between(set(visible), limit=RELATIONSHIPS_IN_RESPONSE) if visible else []
         relationships = [*followed.values(), *(r for r in among if r.relationship_id not in followed)]
         shown = with_provenance(self.state, [r for r in relationships[:RELATIONSHIPS_IN_RESPONSE]
                                              if access.can_read_any(r.doc_ids)], access)
@@ -296,19 +295,33 @@ class QueryEngine:
 
         return {candidate_id: readable_prefix(path) for candidate_id, path in paths.items()}
 
-    def _visible_entities(
+    def _visible_subgraph(
         self, retrieval: Retrieval, paths: dict[str, tuple[str, ...]], access: ReaderAccess
-    ) -> dict[str, Entity]:
+    ) -> tuple[dict[str, Entity], list[Relationship]]:
         """The entities an answer names that the caller may see: those on its paths, the question's, the ends of the
-        relationships it followed, and the reached entities its results mention. The facts among them are the facts
-        behind the answer ("ledger-db is owned by team-payments" in a dependency's page, two hops out)."""
+        relationships it followed, and the reached entities its results mention; with the heaviest relationships
+        among them, the facts behind the answer ("ledger-db is owned by team-payments" in a dependency's page, two
+        hops out)."""
         wanted = {eid for path in paths.values() for eid in path} | set(retrieval.linked)
         # The ends of every fact the question asked for, whichever results fit in top_k: the facts are the answer.
         wanted |= {eid for r in retrieval.followed for eid in (r.source_id, r.target_id)}
-        if retrieval.reached:  # only a walk reaches entities; without one no result can mention any
-            mentions = self.graph.entities_of_chunks(list(paths))
-            wanted |= {eid for eids in mentions.values() for eid in eids if eid in retrieval.reached}
-        return {eid: e for eid, e in self.graph.get_entities(wanted).items() if access.can_read_any(e.doc_ids)}
+        # Only a walk reaches entities; without one no result can mention any.
+        subgraph = self.graph.answer_subgraph(wanted, list(paths) if retrieval.reached else [], retrieval.reached,
+                                              limit=RELATIONSHIPS_IN_RESPONSE)
+        return visible_subgraph(self.graph, subgraph, access, RELATIONSHIPS_IN_RESPONSE)
+
+
+def visible_subgraph(
+    graph: GraphStore, subgraph: Subgraph, access: ReaderAccess, limit: int
+) -> tuple[dict[str, Entity], list[Relationship]]:
+    """The entities of ``subgraph`` the reader may see, and the heaviest ``limit`` relationships among them. The
+    subgraph's relationships were cut to ``limit`` among all its entities, so when that cut kept some the reader may
+    not see, the ones among the visible entities are read again: others may have fallen below the cut."""
+    visible = {eid: e for eid, e in subgraph.entities.items() if access.can_read_any(e.doc_ids)}
+    among = [r for r in subgraph.relationships if r.source_id in visible and r.target_id in visible]
+    if len(among) < len(subgraph.relationships) and len(subgraph.relationships) >= limit:
+        among = graph.relationships_between(set(visible), limit=limit)
+    return visible, among
 
 
 def with_provenance(state: StateStore, elements: list[ElementT], access: ReaderAccess) -> list[ElementT]:

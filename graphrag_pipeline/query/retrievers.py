@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import numpy as np
@@ -67,7 +68,7 @@ from graphrag_pipeline.query.keyword import KeywordIndex, identifiers
 from graphrag_pipeline.query.linking import CorpusCase, NameIndex, NameLink
 from graphrag_pipeline.query.models import Citation, Mode, QueryParameters
 from graphrag_pipeline.query.signals import SIGNALS, signal_weights
-from graphrag_pipeline.query.traversal import spread_activation
+from graphrag_pipeline.query.traversal import walk
 
 SCORING_POOL = 100  # vector hits fetched to score graph-reached chunks by similarity too
 HIDDEN_SCAN = 1_000_000  # relationships read among the entities restricted documents mention, to find the hidden ones
@@ -447,11 +448,11 @@ class GraphRetriever(VectorRetriever):
         started = time.perf_counter()
         seeds, origin = self._seed_weights(linked, entry_entities, seed_similarity)
         result.seed_via = self._seed_via(origin, entry_entities, linked)
-        hits = spread_activation(
+        walked = walk(
             graph, seeds, max_hops=parameters.max_hops, decay=config.hop_decay, fanout=config.fanout,
-            min_score=MIN_ACTIVATION, hidden=hidden.elements,
+            min_score=MIN_ACTIVATION, hidden=hidden.elements, chunks_up_to=MAX_CHUNKS_PER_ENTITY,
         )
-        result.reached = {**{hit.entity_id: hit for hit in hits}, **result.reached}
+        result.reached = {**{hit.entity_id: hit for hit in walked.hits}, **result.reached}
         timings["traverse"] = elapsed_ms(started)
 
         started = time.perf_counter()
@@ -459,7 +460,7 @@ class GraphRetriever(VectorRetriever):
         # are vouched for by the chunk's similarity instead).
         link_bounds = {eid: confidence for eid, (_, confidence) in linked.items()
                        if seeds[eid] <= QUESTION_SEED_FACTOR * confidence}
-        graph_scores, best_entity = self.chunk_graph_scores(result.reached, origin, link_bounds)
+        graph_scores, best_entity = self.chunk_graph_scores(result.reached, origin, link_bounds, walked.chunks_read)
         result.graph_scores = ({c: s for c, s in graph_scores.items() if c not in hidden.chunks} if hidden.chunks
                                else graph_scores)
         result.best_entity = {**best_entity, **result.best_entity}
@@ -597,7 +598,8 @@ class GraphRetriever(VectorRetriever):
         return via
 
     def chunk_graph_scores(
-        self, reached: dict[str, TraversalHit], origin: dict[str, tuple[str, float]], link_bounds: dict[str, float]
+        self, reached: dict[str, TraversalHit], origin: dict[str, tuple[str, float]], link_bounds: dict[str, float],
+        chunks_read: Mapping[str, list[str]] = MappingProxyType({}),
     ) -> tuple[dict[str, float], dict[str, str]]:
         """Chunk → best activation × specificity over the reached entities it mentions (× SUBJECT_BONUS when the
         entity is what the chunk's document is about: its title is one of the entity's names), at most the
@@ -606,11 +608,15 @@ class GraphRetriever(VectorRetriever):
         A seed taken from an entry chunk does not score that chunk's document with its own weight (the chunk already
         has its similarity, and a document does not vouch for its other passages), only with what another entry chunk
         gave the entity: entry chunks of different documents that share rare entities support each other.
-        ``origin``: chunk-seeded entity → (its entry chunk, the weight another one gave it)."""
+        ``origin``: chunk-seeded entity → (its entry chunk, the weight another one gave it); ``chunks_read``: the
+        chunks of entities the walk's store read ahead (``Walk.chunks_read``), read again for none of them."""
         graph = self.index.graph
         mentions = self.index.mention_counts([eid for eid, hit in reached.items() if hit.score >= MIN_ACTIVATION])
         specific = {eid: specificity(count) for eid, count in mentions.items() if count <= MAX_CHUNKS_PER_ENTITY}
-        chunks_of = graph.chunks_of_entities(list(specific))
+        chunks_of = {eid: chunks_read[eid] for eid in specific if chunks_read.get(eid)}
+        unread = [eid for eid in specific if eid not in chunks_read]
+        if unread:
+            chunks_of.update(graph.chunks_of_entities(unread))
         directory, aboutness = self.index.directory(), self.index.aboutness()
         # Each chunk keeps its largest contribution, ties going to the smallest entity id. Most of an entity's chunks
         # get the same one, so those are assigned in bulk, entities in rising order of it (the later overwrite);

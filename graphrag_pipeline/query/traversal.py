@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -45,6 +46,13 @@ def _by_score(reached: dict[str, _Reach], entity_ids: Iterable[str]) -> list[tup
     return sorted(frontier, key=lambda item: (-item[1][0], item[0]))
 
 
+@dataclass(frozen=True)
+class Walk:
+    hits: list[TraversalHit]  # as ``spread_activation`` returns them
+    # The chunks of entities the walk may reach, as far as the store read them ahead (``ReadAhead.chunks_of``).
+    chunks_read: dict[str, list[str]]
+
+
 def spread_activation(
     graph: GraphStore,
     seeds: dict[str, float],
@@ -55,6 +63,21 @@ def spread_activation(
     min_score: float = 0.0,
     hidden: frozenset[str] = frozenset(),
 ) -> list[TraversalHit]:
+    """The hits of a ``walk`` without reading chunks ahead."""
+    return walk(graph, seeds, max_hops, decay, fanout, relationship_types, min_score, hidden).hits
+
+
+def walk(
+    graph: GraphStore,
+    seeds: dict[str, float],
+    max_hops: int,
+    decay: float = 0.5,
+    fanout: int = 50,
+    relationship_types: Sequence[str] | None = None,
+    min_score: float = 0.0,
+    hidden: frozenset[str] = frozenset(),
+    chunks_up_to: int = 0,
+) -> Walk:
     """Spread activation from ``seeds`` over relationships (in both directions) for at most ``max_hops`` hops.
 
     Scoring (the query module relies on it):
@@ -87,6 +110,9 @@ def spread_activation(
     whose expansion runs out of listed relationships before reaching ``fanout`` neighbours (parallel relationships,
     neighbours already on the path) is fetched again in full. A write between two reads shows from the next read
     on.
+
+    ``chunks_up_to``: the caller scores next the chunks of the entities reached that at most this many chunks
+    mention; the store may read those ahead with the neighbourhoods (``WalkPlan.chunks_up_to``).
     """
     _check_arguments(seeds, max_hops, decay, fanout, min_score)
     types = None if relationship_types is None else sorted(set(relationship_types))
@@ -94,8 +120,10 @@ def spread_activation(
 
     # The seeds' neighbourhoods tell which seeds exist and are the first hop's expansions (with no hop to take,
     # existence is all that is needed).
-    plan = WalkPlan(None if types is None else tuple(types), max_hops, decay, min_score, limit if max_hops else 0)
-    neighbourhoods = graph.neighbourhoods_ahead(seeds, plan)
+    plan = WalkPlan(None if types is None else tuple(types), max_hops, decay, min_score, limit if max_hops else 0,
+                    chunks_up_to)
+    read_ahead = graph.neighbourhoods_ahead(seeds, plan)
+    neighbourhoods = read_ahead.neighbourhoods
     best: dict[str, _Reach] = {
         seed: (float(activation), 0, (seed,), ()) for seed, activation in seeds.items()
         if seed in neighbourhoods and seed not in hidden
@@ -127,7 +155,8 @@ def spread_activation(
         frontier = _by_score(best, improved)
 
     ranked = sorted(best.items(), key=lambda item: (-item[1][0], item[1][1], item[0]))
-    return [TraversalHit(entity_id, hops, score, path, via) for entity_id, (score, hops, path, via) in ranked]
+    return Walk([TraversalHit(entity_id, hops, score, path, via) for entity_id, (score, hops, path, via) in ranked],
+                read_ahead.chunks_of)
 
 
 def _expand(

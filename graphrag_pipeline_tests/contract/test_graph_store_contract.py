@@ -19,8 +19,15 @@ import pytest
 
 from graphrag_pipeline.lib.core.models import Entity, EntityNames, Relationship
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
-from graphrag_pipeline.lib.stores.protocols import GraphStore, Neighbourhood, TraversalHit, WalkPlan
-from graphrag_pipeline.query.traversal import spread_activation
+from graphrag_pipeline.lib.stores.protocols import (
+    GraphStore,
+    Neighbourhood,
+    ReadAhead,
+    Subgraph,
+    TraversalHit,
+    WalkPlan,
+)
+from graphrag_pipeline.query.traversal import spread_activation, walk
 from graphrag_pipeline_tests.contract import bolt_server
 
 GRAPH_STORE_FACTORIES: dict[str, Callable[[Path], GraphStore]] = {
@@ -318,9 +325,9 @@ class CountingGraph:
         self.store = store
         self.calls: list[tuple[str, list[str], int | None, set[str]]] = []
 
-    def neighbourhoods_ahead(self, seeds: dict[str, float], plan: WalkPlan) -> dict[str, Neighbourhood]:
+    def neighbourhoods_ahead(self, seeds: dict[str, float], plan: WalkPlan) -> ReadAhead:
         found = self.store.neighbourhoods_ahead(seeds, plan)
-        self.calls.append(("ahead", list(seeds), plan.limit, set(found)))
+        self.calls.append(("ahead", list(seeds), plan.limit, set(found.neighbourhoods)))
         return found
 
     def neighbourhoods(
@@ -347,6 +354,23 @@ def test_traversal_reads_ahead_then_only_what_is_missing_once_per_hop(graph_stor
         read_before |= answered
     assert read_before >= {"a", "b", "x", "c"}  # every entity expanded (d is reached at the last hop, not expanded)
     assert {limit for _, _, limit, _ in counting.calls} == {2 * 5 + 3 + 1}
+
+
+def test_the_chunks_a_walk_reads_ahead_are_those_of_entities_few_chunks_mention_as_chunks_of_entities_lists_them(
+    graph_store: GraphStore,
+) -> None:
+    build(graph_store, [rel("a", "b", 2.0), rel("b", "c"), rel("a", "hub"), rel("c", "d"), rel("x", "y")])
+    graph_store.upsert_entities([entity("hub", mentions=3)])
+    graph_store.set_chunk_mentions({"k1": ["a", "b"], "k2": ["hub", "b"], "k3": ["hub"], "k4": ["c", "hub"],
+                                    "k5": ["y"]})
+
+    walked = walk(graph_store, {"a": 1.0}, max_hops=2, chunks_up_to=2)
+
+    assert walked.hits == spread_activation(graph_store, {"a": 1.0}, max_hops=2)
+    assert set(walked.chunks_read) <= {"a", "b", "c", "d"}  # no hub (3 chunks), nothing the walk cannot reach
+    listed = graph_store.chunks_of_entities(list(walked.chunks_read))
+    assert walked.chunks_read == {entity_id: listed.get(entity_id, []) for entity_id in walked.chunks_read}
+    assert walk(graph_store, {"a": 1.0}, max_hops=2).chunks_read == {}  # not asked for
 
 
 def test_traversal_refetches_a_neighbourhood_whose_list_ran_out(graph_store: GraphStore) -> None:
@@ -507,6 +531,34 @@ def test_relationships_between(graph_store: GraphStore) -> None:
         "b-RELATED_TO-c"
     ]
     assert graph_store.relationships_between(["a", "d"]) == []
+
+
+def test_answer_subgraph_is_the_named_and_mentioned_entities_with_the_relationships_between_them(
+    graph_store: GraphStore,
+) -> None:
+    build(graph_store, [rel("a", "b", 1.0), rel("b", "c", 3.0), rel("c", "a", 2.0), rel("c", "d", 9.0),
+                        rel("d", "e", 4.0), rel("a", "e", 5.0)])
+    graph_store.set_chunk_mentions({"c1": ["c", "d"], "c2": ["e"]})
+
+    def without_chunk_ids(entity_ids: Iterable[str]) -> dict[str, Entity]:
+        return {eid: dataclasses.replace(e, chunk_ids=()) for eid, e in graph_store.get_entities(entity_ids).items()}
+
+    def expected(wanted: set[str], limit: int) -> Subgraph:
+        return Subgraph(without_chunk_ids(wanted), graph_store.relationships_between(wanted, limit))
+
+    # c1 mentions c and d; only c is among the reached, and e's chunk is not in the answer
+    subgraph = graph_store.answer_subgraph(["a", "b"], ["c1", "unknown-chunk"], ["c", "e", "b"], limit=50)
+    assert set(subgraph.entities) == {"a", "b", "c"}
+    assert [r.relationship_id for r in subgraph.relationships] == ["b-RELATED_TO-c", "c-RELATED_TO-a",
+                                                                   "a-RELATED_TO-b"]
+    assert subgraph == expected({"a", "b", "c"}, 50)
+    assert graph_store.answer_subgraph(["a", "b"], ["c1", "c2"], ["c", "d", "e"], limit=2) == expected(
+        {"a", "b", "c", "d", "e"}, 2)
+    assert graph_store.answer_subgraph(["a", "ghost"], [], ["c"], limit=50) == expected({"a"}, 50)
+    assert graph_store.answer_subgraph(["a", "b"], ["c1"], [], limit=0) == Subgraph(without_chunk_ids(["a", "b"]), [])
+    assert graph_store.answer_subgraph([], [], []) == Subgraph({}, [])
+    with pytest.raises(ValueError):
+        graph_store.answer_subgraph(["a"], [], [], limit=-1)
 
 
 def test_stats(graph_store: GraphStore) -> None:

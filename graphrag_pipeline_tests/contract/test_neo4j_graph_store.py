@@ -6,6 +6,7 @@ Runs against the session's ArcadeDB Bolt server, and against a real Neo4j when `
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from graphrag_pipeline.lib.core.config import Ontology
 from graphrag_pipeline.lib.core.models import Entity, Relationship
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.lib.stores.neo4j_graph import Neo4jGraphStore, checked_identifier
-from graphrag_pipeline.query.traversal import spread_activation
+from graphrag_pipeline.query.traversal import spread_activation, walk
 from graphrag_pipeline_tests.contract import bolt_server
 from graphrag_pipeline_tests.contract.test_graph_store_contract import entity, rel
 
@@ -232,14 +233,22 @@ def random_graph(seed: int) -> tuple[list[Entity], list[Relationship]]:
     return [entity(eid) for eid in ids], relationships
 
 
+CHUNKS_UP_TO = 3
+
+
 def test_traversal_equals_the_embedded_store(open_store, tmp_path: Path) -> None:
     entities, relationships = random_graph(11)
+    # Chunk j mentions two entities: from none to a dozen chunks an entity, so some are read ahead and some not.
+    mentions = {f"k{j:03d}": [entities[j % 60].entity_id, entities[(j * 7) % 53].entity_id] for j in range(100)}
+    chunk_counts = {e.entity_id: sum(e.entity_id in ids for ids in mentions.values()) for e in entities}
+    entities = [dataclasses.replace(e, mention_count=chunk_counts[e.entity_id]) for e in entities]
     store = open_store(batch_size=50)
     embedded = EmbeddedGraphStore(tmp_path / "graph.sqlite")
     try:
         for target in (store, embedded):
             target.upsert_entities(entities)
             target.upsert_relationships(relationships)
+            target.set_chunk_mentions(mentions)
         rng = random.Random(5)
         cases = [({"n000": 1.0}, 2, 50, None, 0.0), ({"n000": 1.0}, 3, 2, None, 0.0),
                  ({"n001": 1.0, "n000": 0.3}, 3, 4, None, 0.0), ({"n001": 1.0, "n000": 0.3}, 3, 50, None, 0.02)]
@@ -253,15 +262,21 @@ def test_traversal_equals_the_embedded_store(open_store, tmp_path: Path) -> None
                                          min_score=min_score)
             assert len(expected) > 1
             statements.clear()
-            walked = spread_activation(store, seeds, hops, fanout=fanout, relationship_types=types,
-                                       min_score=min_score)
-            assert [(h.entity_id, h.hops, h.path, h.via_relationships) for h in walked] == (
+            walked = walk(store, seeds, hops, fanout=fanout, relationship_types=types, min_score=min_score,
+                          chunks_up_to=CHUNKS_UP_TO)
+            assert [(h.entity_id, h.hops, h.path, h.via_relationships) for h in walked.hits] == (
                 [(h.entity_id, h.hops, h.path, h.via_relationships) for h in expected])
-            assert [h.score for h in walked] == pytest.approx([h.score for h in expected], rel=1e-12)
-            # The server reads every neighbourhood the walk expands in one statement; only a list that runs out
-            # before ``fanout`` neighbours (few allowed edges and parallel ones) is read again, in full.
+            assert [h.score for h in walked.hits] == pytest.approx([h.score for h in expected], rel=1e-12)
+            listed = embedded.chunks_of_entities(list(walked.chunks_read))
+            assert walked.chunks_read == {eid: listed.get(eid, []) for eid in walked.chunks_read}
+            assert all(chunk_counts[eid] <= CHUNKS_UP_TO for eid in walked.chunks_read)
+            # The server reads every neighbourhood the walk expands, and the chunks of every entity it reaches that
+            # few chunks mention, in one statement; only a list that runs out before ``fanout`` neighbours (few
+            # allowed edges and parallel ones) is read again, in full.
             if fanout == 50:
                 assert len(statements) == 1, statements
+                assert {h.entity_id for h in walked.hits if chunk_counts[h.entity_id] <= CHUNKS_UP_TO} <= set(
+                    walked.chunks_read)
         every_id = [e.entity_id for e in entities] + ["ghost"]
         for types, limit in [(None, None), (None, 3), (["DEPENDS_ON"], None), (["OWNED_BY", "RELATED_TO"], 2)]:
             expected_hoods = embedded.neighbourhoods(every_id, types, limit)

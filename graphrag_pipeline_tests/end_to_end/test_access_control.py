@@ -167,6 +167,33 @@ def test_reader_access_rules():
     assert access.can_read_all(["public", "mixed"]) and not access.can_read_all(["public", "secret"])
 
 
+def test_an_answers_relationships_cut_in_favour_of_hidden_entities_are_read_again_among_the_visible(tmp_path):
+    """The answer's subgraph lists the heaviest relationships among every entity it names; when those the reader may
+    not see fill the limit, the reader still gets the relationships among the entities it sees."""
+    from graphrag_pipeline.lib.core.models import Entity, Relationship
+    from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
+    from graphrag_pipeline.query.engine import visible_subgraph
+
+    def entity(entity_id: str, doc_id: str) -> Entity:
+        return Entity(entity_id=entity_id, name=entity_id, canonical=entity_id, type="Service", description="",
+                      mention_count=1, chunk_ids=("c",), doc_ids=(doc_id,))
+
+    def relationship(source: str, target: str, weight: float) -> Relationship:
+        return Relationship(relationship_id=f"{source}-{target}", source_id=source, target_id=target,
+                            type="DEPENDS_ON", description="", weight=weight, chunk_ids=("c",), doc_ids=("public",))
+
+    with EmbeddedGraphStore(tmp_path / "graph.sqlite") as graph:
+        graph.upsert_entities([entity("a", "public"), entity("b", "public"), entity("vault", "secret")])
+        graph.upsert_relationships([relationship("a", "vault", 9.0), relationship("b", "vault", 8.0),
+                                    relationship("a", "b", 1.0)])
+        subgraph = graph.answer_subgraph(["a", "b", "vault"], [], [], limit=2)
+        public = ReaderAccess({"secret": frozenset({"security"})}, [])
+        visible, among = visible_subgraph(graph, subgraph, public, limit=2)
+        assert set(visible) == {"a", "b"} and [r.relationship_id for r in among] == ["a-b"]
+        visible, among = visible_subgraph(graph, subgraph, ReaderAccess({}, []), limit=2)
+        assert set(visible) == {"a", "b", "vault"} and [r.relationship_id for r in among] == ["a-vault", "b-vault"]
+
+
 def test_a_folders_configured_groups_restrict_its_files_and_changing_them_reingests(tmp_path):
     from graphrag_pipeline.lib.core.config import FolderSource
     from graphrag_pipeline.lib.sources.registry import read_source, scan_hashes

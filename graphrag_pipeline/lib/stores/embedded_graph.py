@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from graphrag_pipeline.lib.core.models import ChunkText, Entity, EntityNames, Relationship
-from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, WalkPlan, check_page
+from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, ReadAhead, Subgraph, WalkPlan, check_page
 from graphrag_pipeline.lib.stores.sqlite_files import naming_damage
 
 SCHEMA_VERSION = 3  # 2: relationship descriptions stored once; 3: entity titles
@@ -126,10 +126,16 @@ def _id_lists(columns: str) -> str:
     return "'[' || " + " || ',' || ".join(columns.split(", ")) + " || ']'"
 
 
-_ENTITY_READ = f"entity_id, name, canonical, type, description, mention_count, {_id_lists('chunk_ids, doc_ids, aliases')}"
-# What entity reads select, by the file's version (a reader does not migrate: before version 3, no titles).
-_ENTITY_SELECTS = {1: f"{_ENTITY_READ}, '' AS title", 2: f"{_ENTITY_READ}, '' AS title",
-                   SCHEMA_VERSION: f"{_ENTITY_READ}, title"}
+def _entity_selects(chunk_ids: str) -> dict[int, str]:
+    """What entity reads select, by the file's version (a reader does not migrate: before version 3, no titles);
+    ``chunk_ids``: the column, or ``'[]'`` for none."""
+    id_lists = _id_lists(f"{chunk_ids}, doc_ids, aliases")
+    read = f"entity_id, name, canonical, type, description, mention_count, {id_lists}"
+    return {1: f"{read}, '' AS title", 2: f"{read}, '' AS title", SCHEMA_VERSION: f"{read}, title"}
+
+
+_ENTITY_SELECTS = _entity_selects("chunk_ids")
+_ENTITY_SELECTS_WITHOUT_CHUNK_IDS = _entity_selects("'[]'")
 _RELATIONSHIP_READ = (
     f"relationship_id, source_id, target_id, type, description, weight, {_id_lists('chunk_ids, doc_ids, predicates')}"
 )
@@ -480,10 +486,12 @@ class EmbeddedGraphStore:
         with self._lock, naming_damage(self.path):
             return self._conn.execute(sql, parameters).fetchall()
 
-    def _entity_rows(self, clauses: str, parameters: Sequence[Any]) -> list[Entity]:
-        """``SELECT`` of whole entities, then ``clauses``; the version and the rows read in one snapshot."""
+    def _entity_rows(self, clauses: str, parameters: Sequence[Any], selects: dict[int, str] = _ENTITY_SELECTS
+                     ) -> list[Entity]:
+        """``SELECT`` of whole entities (``selects``), then ``clauses``; the version and the rows read in one
+        snapshot."""
         with self._read() as conn:
-            columns = _ENTITY_SELECTS[conn.execute("PRAGMA user_version").fetchone()[0]]
+            columns = selects[conn.execute("PRAGMA user_version").fetchone()[0]]
             rows = conn.execute(f"SELECT {columns} FROM entities {clauses}", parameters).fetchall()
         return [_entity_from_row(row) for row in rows]
 
@@ -566,6 +574,17 @@ class EmbeddedGraphStore:
         return self._relationship_rows(
             f"WHERE source_id IN {_IDS} AND target_id IN {_IDS} ORDER BY weight DESC, relationship_id LIMIT ?",
             (ids, ids, limit))
+
+    def answer_subgraph(
+        self, entity_ids: Iterable[str], chunk_ids: Iterable[str], mentioned_among: Iterable[str], limit: int = 50
+    ) -> Subgraph:
+        """The entities an answer names and the relationships among them (see ``GraphStore``): three reads, each a
+        lookup in this process's file."""
+        among = set(mentioned_among)
+        wanted = set(entity_ids) | {entity_id for mentioned in self.entities_of_chunks(chunk_ids).values()
+                                    for entity_id in mentioned if entity_id in among}
+        rows = self._entity_rows(f"WHERE entity_id IN {_IDS}", (_ids_json(wanted),), _ENTITY_SELECTS_WITHOUT_CHUNK_IDS)
+        return Subgraph({entity.entity_id: entity for entity in rows}, self.relationships_between(wanted, limit))
 
     # -- listings -------------------------------------------------------------------------------------------------
 
@@ -656,10 +675,10 @@ class EmbeddedGraphStore:
             if entity_id in index
         }
 
-    def neighbourhoods_ahead(self, seeds: Mapping[str, float], plan: WalkPlan) -> dict[str, Neighbourhood]:
+    def neighbourhoods_ahead(self, seeds: Mapping[str, float], plan: WalkPlan) -> ReadAhead:
         """The seeds' neighbourhoods only: a hop read from memory costs no round trip, and reading ahead would read
-        the neighbourhoods of entities the walk then leaves behind."""
-        return self.neighbourhoods(seeds, plan.relationship_types, plan.limit)
+        the neighbourhoods, and the chunks, of entities the walk then leaves behind."""
+        return ReadAhead(self.neighbourhoods(seeds, plan.relationship_types, plan.limit))
 
     def close(self) -> None:
         with self._lock:

@@ -103,6 +103,19 @@ class WalkPlan:
     decay: float
     min_score: float
     limit: int  # edges listed per neighbourhood
+    # Scoring asks next for the chunks of the entities the walk reached that at most this many chunks mention
+    # (``Entity.mention_count``); a store may read them ahead for the entities it reads ahead. 0: it is not asked.
+    chunks_up_to: int = 0
+
+
+@dataclass(frozen=True)
+class ReadAhead:
+    """What a store read for a walk before it started (``GraphStore.neighbourhoods_ahead``)."""
+
+    neighbourhoods: dict[str, Neighbourhood]
+    # Entity id -> the chunks mentioning it as ``chunks_of_entities`` lists them ([] for none), for the entities whose
+    # chunks the store read ahead (``WalkPlan.chunks_up_to``): an entity absent was not read.
+    chunks_of: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -114,6 +127,14 @@ class TraversalHit:
     score: float
     path: tuple[str, ...]  # entity ids from a seed to this entity
     via_relationships: tuple[str, ...] = ()  # relationship ids along the path
+
+
+@dataclass(frozen=True)
+class Subgraph:
+    """The entities an answer names and the relationships among them (``GraphStore.answer_subgraph``)."""
+
+    entities: dict[str, Entity]
+    relationships: list[Relationship]  # both ends among ``entities``, heaviest first, ties by id; at most the limit
 
 
 @dataclass(frozen=True)
@@ -175,13 +196,15 @@ class GraphStore(Protocol):
         ``ValueError``). Query-side traversal (``graphrag_pipeline.query.traversal``) calls it once per hop."""
         ...
 
-    def neighbourhoods_ahead(self, seeds: Mapping[str, float], plan: WalkPlan) -> dict[str, Neighbourhood]:
+    def neighbourhoods_ahead(self, seeds: Mapping[str, float], plan: WalkPlan) -> ReadAhead:
         """The seeds' neighbourhoods as ``neighbourhoods(seeds, plan.relationship_types, plan.limit)`` gives them,
         and, where it saves round trips, the neighbourhoods of entities a walk from seeds of those activations may
         expand: those within ``plan.max_hops - 1`` steps along listed edges whose best activation over such steps,
-        scored as ``query.traversal`` scores a hop, reaches ``plan.min_score``. Traversal reads whatever else it
-        expands hop by hop with ``neighbourhoods``, so a walk is the same over a store that returns only the seeds'
-        (an in-process one, for which a hop costs no round trip) and over one that reads ahead."""
+        scored as ``query.traversal`` scores a hop, reaches ``plan.min_score``; with ``plan.chunks_up_to``, also the
+        chunks of those of them, and of the entities one more such step reaches, that at most that many chunks
+        mention. Traversal reads whatever else it expands hop by hop with ``neighbourhoods``, and scoring the chunks
+        it did not get, so a walk is the same over a store that returns only the seeds' (an in-process one, for
+        which a read costs no round trip) and over one that reads ahead."""
         ...
 
     def relationships_of(
@@ -194,6 +217,14 @@ class GraphStore(Protocol):
         ...
 
     def relationships_between(self, entity_ids: Iterable[str], limit: int = 50) -> list[Relationship]: ...
+
+    def answer_subgraph(
+        self, entity_ids: Iterable[str], chunk_ids: Iterable[str], mentioned_among: Iterable[str], limit: int = 50
+    ) -> Subgraph:
+        """``entity_ids`` and those of ``mentioned_among`` that one of ``chunk_ids`` mentions, as ``get_entities``
+        gives them but without their ``chunk_ids`` (a hub's run to thousands), with ``relationships_between`` them
+        and ``limit``: what a query's answer names, in one read (on a server, one round trip instead of three)."""
+        ...
 
     def stats(self) -> GraphStats: ...
 
