@@ -199,8 +199,8 @@ class GraphStore(Protocol):
     def neighbourhoods_ahead(self, seeds: Mapping[str, float], plan: WalkPlan) -> ReadAhead:
         """The seeds' neighbourhoods as ``neighbourhoods(seeds, plan.relationship_types, plan.limit)`` gives them,
         and, where it saves round trips, the neighbourhoods of entities a walk from seeds of those activations may
-        expand: those within ``plan.max_hops - 1`` steps along listed edges whose best activation over such steps,
-        scored as ``query.traversal`` scores a hop, reaches ``plan.min_score``; with ``plan.chunks_up_to``, also the
+        expand: at least those within ``plan.max_hops - 1`` steps along listed edges whose best activation over such
+        steps, scored as ``query.traversal`` scores a hop, reaches ``plan.min_score``; with ``plan.chunks_up_to``, the
         chunks of those of them, and of the entities one more such step reaches, that at most that many chunks
         mention. Traversal reads whatever else it expands hop by hop with ``neighbourhoods``, and scoring the chunks
         it did not get, so a walk is the same over a store that returns only the seeds' (an in-process one, for
