@@ -18,6 +18,7 @@ from graphrag_pipeline.lib.core.config import Ontology
 from graphrag_pipeline.lib.core.models import Entity, Relationship
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.lib.stores.neo4j_graph import Neo4jGraphStore, checked_identifier
+from graphrag_pipeline.lib.stores.protocols import Subgraph
 from graphrag_pipeline.query.traversal import spread_activation, walk
 from graphrag_pipeline_tests.contract import bolt_server
 from graphrag_pipeline_tests.contract.test_graph_store_contract import entity, rel
@@ -291,6 +292,17 @@ def test_traversal_equals_the_embedded_store(open_store, tmp_path: Path) -> None
         assert store.list_relationships(offset=5, limit=40) == embedded.list_relationships(offset=5, limit=40)
     finally:
         embedded.close()
+
+
+def test_an_answer_that_names_no_entity_reads_nothing(open_store) -> None:
+    store = open_store()
+    store.upsert_entities([entity("a")])
+    store.set_chunk_mentions({"k1": ["a"]})
+    statements = count_statements(store)
+
+    assert store.answer_subgraph([], ["k1"], []) == store.answer_subgraph([], [], ["a"]) == Subgraph({}, [])
+    assert statements == []
+    assert set(store.answer_subgraph([], ["k1"], ["a"]).entities) == {"a"} and len(statements) == 1
 
 
 def count_statements(store: Neo4jGraphStore) -> list[str]:

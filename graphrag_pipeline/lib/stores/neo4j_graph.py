@@ -744,9 +744,12 @@ class Neo4jGraphStore:
         ids = _unique(entity_ids)
         # Disjoint from ``ids``: an id in both would be matched twice, and its relationships listed twice.
         among = sorted(set(mentioned_among) - set(ids))
+        chunks = _unique(chunk_ids)
+        if not ids and not (chunks and among):  # a vector-mode answer names no entity: no round trip
+            return Subgraph({}, [])
         entities: dict[str, Entity] = {}
         relationships: list[Relationship] = []
-        for record in self._query(_ANSWER_SUBGRAPH, ids=ids, chunks=_unique(chunk_ids), among=among, limit=limit):
+        for record in self._query(_ANSWER_SUBGRAPH, ids=ids, chunks=chunks, among=among, limit=limit):
             if record["kind"] == "entity":
                 entity = _entity_from_record(dict(zip(_ENTITY_COLUMNS, record["fields"])))
                 entities[entity.entity_id] = entity
