@@ -48,6 +48,8 @@ def _by_score(reached: dict[str, _Reach], entity_ids: Iterable[str]) -> list[tup
 
 @dataclass(frozen=True)
 class Walk:
+    """What a walk reached, and what its store read ahead for scoring the chunks of what it reached."""
+
     hits: list[TraversalHit]  # as ``spread_activation`` returns them
     # The chunks of entities the walk may reach, as far as the store read them ahead (``ReadAhead.chunks_of``).
     chunks_read: dict[str, list[str]]
