@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -55,18 +56,9 @@ class Walk:
     chunks_read: dict[str, list[str]]
 
 
-def spread_activation(
-    graph: GraphStore,
-    seeds: dict[str, float],
-    max_hops: int,
-    decay: float = 0.5,
-    fanout: int = 50,
-    relationship_types: Sequence[str] | None = None,
-    min_score: float = 0.0,
-    hidden: frozenset[str] = frozenset(),
-) -> list[TraversalHit]:
-    """The hits of a ``walk`` without reading chunks ahead."""
-    return walk(graph, seeds, max_hops, decay, fanout, relationship_types, min_score, hidden).hits
+def spread_activation(graph: GraphStore, seeds: dict[str, float], max_hops: int, **options: Any) -> list[TraversalHit]:
+    """The hits of a ``walk`` with those ``options`` (its keyword arguments)."""
+    return walk(graph, seeds, max_hops, **options).hits
 
 
 def walk(
