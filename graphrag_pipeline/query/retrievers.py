@@ -263,6 +263,8 @@ class ChunkDirectory:
         self.chunks_of: dict[str, list[str]] = {}
         self.doc_of: dict[str, str] = {}
         self.catalog_pages: set[str] = set()
+        # entity id -> ``chunks_wholly_about`` it, by the Aboutness it was computed with
+        self._wholly_about: tuple[Aboutness | None, dict[str, frozenset[str]]] = (None, {})
         for chunk_id, doc_id, metadata in rows:
             self.doc_of[chunk_id] = doc_id
             if doc_id not in self.chunks_of and json.loads(metadata).get("catalog"):
@@ -273,11 +275,21 @@ class ChunkDirectory:
         """The chunks of the chunk's document, itself included."""
         return frozenset(self.chunks_of.get(self.doc_of.get(chunk_id, ""), (chunk_id,)))
 
-    def chunks_wholly_about(self, aboutness: Aboutness, entity_id: str) -> set[str]:
+    def chunks_wholly_about(self, aboutness: Aboutness, entity_id: str) -> frozenset[str]:
         """The chunks of the documents wholly about the entity (strength 1: its title, its own path name, a catalog
-        link), not of those a shared folder makes about it only in part."""
-        return {chunk_id for doc_id, strength in aboutness.documents_about(entity_id).items() if strength >= 1.0
-                for chunk_id in self.chunks_of.get(doc_id, ())}
+        link), not of those a shared folder makes about it only in part. Kept per entity: graph scoring asks for
+        every entity a walk reaches, and at 100k chunks an entity's 51 copies of a document made it 0.9 ms of a
+        question."""
+        about, found = self._wholly_about
+        if about is not aboutness:  # the index's Aboutness is built once per version, like this directory
+            found = {}
+            self._wholly_about = (aboutness, found)
+        chunk_ids = found.get(entity_id)
+        if chunk_ids is None:
+            chunk_ids = found[entity_id] = frozenset(
+                chunk_id for doc_id, strength in aboutness.documents_about(entity_id).items() if strength >= 1.0
+                for chunk_id in self.chunks_of.get(doc_id, ()))
+        return chunk_ids
 
 
 @dataclass
