@@ -382,7 +382,8 @@ class VectorRetriever:
         timings: dict[str, float] = {}
         started = time.perf_counter()
         size = max(SCORING_POOL, config.vector_top_k)
-        pool = self.index.vectors.search(CHUNKS, query_vector, size + min(len(hidden.chunks), HIDDEN_OVERFETCH))
+        pool = self.index.vectors.search(CHUNKS, query_vector, size + min(len(hidden.chunks), HIDDEN_OVERFETCH),
+                                         with_payload=False)
         pool = [hit for hit in pool if hit.point_id not in hidden.chunks][:size]
         vector_scores = {hit.point_id: max(0.0, hit.score) for hit in pool}
         entry = [hit.point_id for hit in pool[: config.vector_top_k]]
@@ -508,7 +509,8 @@ class GraphRetriever(VectorRetriever):
                 if link.confidence > linked.get(eid, ("", 0.0))[1]:
                     linked[eid] = (f"name:{link.phrase}", link.confidence)
         if self.index.config.entity_top_k:
-            for hit in self.index.vectors.search(ENTITIES, query_vector, self.index.config.entity_top_k):
+            hits = self.index.vectors.search(ENTITIES, query_vector, self.index.config.entity_top_k, with_payload=False)
+            for hit in hits:
                 if hit.score >= ENTITY_LINK_MIN_SCORE and hit.point_id not in linked:
                     linked[hit.point_id] = ("embedding", float(hit.score))
         return linked
@@ -732,7 +734,8 @@ class GlobalRetriever:
                  hidden: Hidden = NOTHING_HIDDEN) -> Retrieval:
         # A summary is shown only when its caller may read every document it was written from (query.engine).
         started = time.perf_counter()
-        hits = self.index.vectors.search(COMMUNITIES, query_vector, SUMMARIES_PER_RESULT * parameters.top_k)
+        hits = self.index.vectors.search(COMMUNITIES, query_vector, SUMMARIES_PER_RESULT * parameters.top_k,
+                                         with_payload=False)
         scores = {hit.point_id: float(hit.score) for hit in hits}
         return Retrieval(question, parameters.mode, scores, dict(scores), {"communities": elapsed_ms(started)})
 

@@ -113,6 +113,10 @@ def test_search_returns_nearest_first_with_cosine_scores(vector_store: VectorSto
     assert [hit.point_id for hit in hits] == ["chunk-a", "chunk-b", "chunk-c"]
     assert [hit.score for hit in hits] == pytest.approx([unit[0], 0.8 * unit[0] + 0.6 * unit[1], unit[1]], abs=SCORE_TOLERANCE)
     assert hits[0].payload == {"doc_ids": ["doc-1"], "kind": "chunk", "text": "alpha"}
+    # Without payloads: the same ids and scores, and nothing else.
+    bare = vector_store.search("chunks", query, limit=3, with_payload=False)
+    assert [(hit.point_id, hit.score) for hit in bare] == [(hit.point_id, hit.score) for hit in hits]
+    assert [hit.payload for hit in bare] == [{}, {}, {}]
 
 
 def test_numpy_vectors_are_accepted_for_points_and_queries(vector_store: VectorStore) -> None:
@@ -356,6 +360,8 @@ def test_reader_sees_the_published_version_while_the_writer_goes_on(tmp_path: Pa
         hits = reader.search("chunks", [1.0, 0.0, 0.0, 0.0], limit=2, must_match={"doc_ids": "doc-1"})
         assert [hit.point_id for hit in hits] == ["chunk-a", "chunk-b"]
         assert hits[0].payload == {"doc_ids": ["doc-1"], "kind": "chunk", "text": "alpha"}
+        bare = reader.search("chunks", [1.0, 0.0, 0.0, 0.0], limit=2, must_match={"doc_ids": "doc-1"}, with_payload=False)
+        assert [(hit.point_id, hit.payload) for hit in bare] == [("chunk-a", {}), ("chunk-b", {})]
         with pytest.raises(CollectionNotFoundError):
             reader.count("entities")
         assert not hasattr(reader, "upsert")

@@ -140,6 +140,7 @@ def _search(
     vector: Sequence[float] | np.ndarray,
     limit: int,
     must_match: dict[str, Any] | None,
+    with_payload: bool,
 ) -> list[VectorHit]:
     if limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}")
@@ -147,7 +148,9 @@ def _search(
         limit=limit,
         query=Query.Nearest(as_vector(vector, dimension, "query"), using=VECTOR_NAME),
         filter=_match_filter(must_match),
-        with_payload=True,
+        # The id alone when the payload is not wanted: a hub entity's carries 200 document ids, and turning them into
+        # Python objects was a third of a search at 100k chunks (0.36 of 1.1 ms for an entity search).
+        with_payload=True if with_payload else PayloadSelector.Include([ID_KEY]),
         with_vector=False,
     )
     hits = []
@@ -379,11 +382,12 @@ class EdgeVectorStore:
         vector: Sequence[float] | np.ndarray,
         limit: int,
         must_match: dict[str, Any] | None = None,
+        with_payload: bool = True,
     ) -> list[VectorHit]:
         """Nearest points by cosine similarity, best first; ``must_match`` values must equal (or be in) the field."""
         dimension = self.dimension(collection)
         with self._shard(collection, writing=False) as shard:
-            return _search(shard, dimension, vector, limit, must_match)
+            return _search(shard, dimension, vector, limit, must_match, with_payload)
 
     def count(self, collection: str) -> int:
         with self._shard(collection, writing=False) as shard:
@@ -687,9 +691,10 @@ class EdgeVectorReader:
         vector: Sequence[float] | np.ndarray,
         limit: int,
         must_match: dict[str, Any] | None = None,
+        with_payload: bool = True,
     ) -> list[VectorHit]:
         shard = self._shard(collection)
-        return _search(shard, self._dimensions[collection], vector, limit, must_match)
+        return _search(shard, self._dimensions[collection], vector, limit, must_match, with_payload)
 
     def count(self, collection: str) -> int:
         return _count(self._shard(collection))

@@ -59,6 +59,7 @@ class VectorStore(Protocol):
         vector: Sequence[float] | np.ndarray,
         limit: int,
         must_match: dict[str, Any] | None = None,  # payload field -> value that must match (keyword equality)
+        with_payload: bool = True,  # False: hits carry an empty payload (a query ranks by ids and scores alone)
     ) -> list[VectorHit]: ...
 
     def count(self, collection: str) -> int: ...

@@ -176,6 +176,7 @@ class QdrantVectorStore:
         vector: Sequence[float] | np.ndarray,
         limit: int,
         must_match: dict[str, Any] | None = None,
+        with_payload: bool = True,
     ) -> list[VectorHit]:
         """Nearest points by cosine similarity, best first; ``must_match`` values must equal (or be in) the field."""
         if limit < 1:
@@ -189,7 +190,7 @@ class QdrantVectorStore:
                 using=VECTOR_NAME,
                 query_filter=query_filter,
                 limit=limit,
-                with_payload=True,
+                with_payload=True if with_payload else [ID_KEY],
                 with_vectors=False,
             )
         hits = []
