@@ -86,6 +86,10 @@ def test_two_concurrent_shard_range_runs_end_equal_to_a_single_run_build(tmp_pat
                "DAGSTER_PG_HOST": postgres_server.host, "DAGSTER_PG_PORT": str(postgres_server.port),
                "DAGSTER_PG_USER": postgres_server.user, "DAGSTER_PG_PASSWORD": postgres_server.password,
                "DAGSTER_PG_DB": dagster_db}
+        # The instance's tables first, as a deployment's daemon and webserver make them before any run: two
+        # launches on an empty Dagster database race to create them ("type asset_keys already exists").
+        subprocess.run([str(Path(sys.executable).with_name("dagster")), "instance", "migrate"], cwd=CHECKOUT, env=env,
+                       check=True, capture_output=True, timeout=300)
         dg = Path(sys.executable).with_name("dg")
         launches = [subprocess.Popen([str(dg), "launch", "--job", "build_index", "--partition-range", shards],
                                      cwd=CHECKOUT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
