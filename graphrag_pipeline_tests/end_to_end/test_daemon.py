@@ -141,7 +141,10 @@ def facts(project: Path) -> set[tuple[str, str, str]]:
     path = project / "index" / "graph.sqlite"
     if not path.is_file():
         return set()
-    graph = EmbeddedGraphStore(path, read_only=True)
+    try:
+        graph = EmbeddedGraphStore(path, read_only=True)
+    except ValueError:  # the daemon's first run has made the file and not yet committed its schema: no facts yet
+        return set()
     try:
         relationships = graph.get_relationships(graph.all_relationship_ids())
         names = {eid: e.name.lower() for eid, e in graph.get_entities(graph.all_entity_ids()).items()}
