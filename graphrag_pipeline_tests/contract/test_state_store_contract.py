@@ -35,8 +35,10 @@ from graphrag_pipeline.lib.stores.state.sql import (
     WITHDRAWN_GROUP,
     SchemaVersionError,
     extraction_to_json,
+    _PAYLOAD_DICTIONARY_V4,
     pack_payload,
     payload_digest,
+    payload_json,
     unpack_payload,
 )
 from graphrag_pipeline.lib.stores.state.sqlite import SQLiteStateStore
@@ -165,7 +167,7 @@ def test_element_hashes_of_a_version_3_index_are_cut_to_what_version_4_computes(
 def test_a_payload_costs_little_more_than_its_values() -> None:
     """The preset dictionary holds the payloads' key names and id prefixes: a merged relationship, whose keys are
     most of its text, compresses to a fifth less than without it."""
-    relationship = json.dumps({
+    relationship = payload_json({
         "chunk_ids": ["chunk-3c5cf93bb5e3a7632122951b225a0662"], "description": "Madison led the opposition.",
         "description_parts": [["Madison led the opposition.", ["docs:madison"]]], "doc_ids": ["docs:madison"],
         "predicate_doc_ids": [["docs:madison"]], "predicates": ["led"],
@@ -174,6 +176,16 @@ def test_a_payload_costs_little_more_than_its_values() -> None:
     })
     assert unpack_payload(pack_payload(relationship)) == relationship
     assert len(pack_payload(relationship)) < 0.8 * len(zlib.compress(relationship.encode(), 9))
+
+
+def test_a_payload_written_with_version_4s_dictionary_is_still_read() -> None:
+    """Version 6 writes from another dictionary; what an index stored before keeps the one its stream names."""
+    spaced = json.dumps({"relationship_id": "rel-0001", "source_id": "ent-a", "target_id": "ent-b", "weight": 0.5})
+    compressor = zlib.compressobj(1, zdict=_PAYLOAD_DICTIONARY_V4)
+    stored = compressor.compress(spaced.encode()) + compressor.flush()
+    assert unpack_payload(stored) == spaced
+    assert unpack_payload(pack_payload(spaced)) == spaced
+    assert pack_payload(spaced) != stored  # a dictionary of its own
 
 
 def test_bookkeeping_of_a_version_3_index_moves_into_key_only_tables(tmp_path: Path) -> None:

@@ -280,6 +280,20 @@ def test_unknown_collection_raises_key_error(vector_store: VectorStore) -> None:
         vector_store.upsert("missing", corpus())
 
 
+def test_writes_in_a_session_are_read_back_inside_and_after_it(vector_store: VectorStore) -> None:
+    vector_store.ensure_collection("chunks", DIM)
+    with vector_store.session("chunks"):
+        vector_store.upsert("chunks", corpus()[:3])
+        vector_store.delete("chunks", ["chunk-b"])
+        assert vector_store.point_ids("chunks") == {"chunk-a", "chunk-c"}
+        vector_store.upsert("chunks", corpus()[3:])
+    assert vector_store.point_ids("chunks") == {"chunk-a", "chunk-c", "ent-x", "ent-y"}
+    assert vector_store.search("chunks", [0.0, 0.0, 1.0, 0.0], limit=1)[0].point_id == "ent-x"
+    with pytest.raises(KeyError):
+        with vector_store.session("missing"):
+            pass
+
+
 # -- Edge store: sessions, processes, publishing, readers ----------------------------------------------------------
 
 
@@ -583,6 +597,28 @@ def test_new_shards_have_no_write_ahead_log_and_a_writer_killed_after_upsert_los
         last = np.array([1.0, 50.0, 0.0, 0.0])
         np.testing.assert_allclose(reader.vectors("chunks", ["k-49"])["k-49"], last / np.linalg.norm(last),
                                    atol=SCORE_TOLERANCE)
+
+
+def test_a_writer_killed_inside_a_session_keeps_every_write_that_returned(tmp_path: Path) -> None:
+    """A stage records a batch as stored once its upsert returns, so a session may not hold writes back until it
+    ends: the process can be killed before then."""
+    store = edge_store(tmp_path)
+    killed_writer = """
+        import json, os, sys
+        from graphrag_pipeline.lib.core.models import VectorPoint
+        from graphrag_pipeline.lib.stores.edge_vectors import EdgeVectorStore
+        store = EdgeVectorStore(sys.argv[1])
+        with store.session("chunks"):
+            for batch in range(5):
+                store.upsert("chunks", [VectorPoint(f"k-{batch}-{i}", (1.0, i + 1.0, batch, 0.0), {"doc_ids": []})
+                                        for i in range(10)])
+            store.delete("chunks", ["k-0-0"])
+            print(json.dumps({"written": 50}), flush=True)
+            os._exit(0)  # killed inside the session: nothing ends it, nothing closes the shard
+    """
+    assert run_in_subprocess(killed_writer, str(tmp_path / "vectors")) == {"written": 50}
+
+    assert store.point_ids("chunks") == {f"k-{b}-{i}" for b in range(5) for i in range(10)} - {"k-0-0"}
 
 
 @pytest.mark.parametrize("created_by", ["this version", "an earlier version"])

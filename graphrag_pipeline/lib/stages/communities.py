@@ -11,7 +11,7 @@ from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.config import CommunityConfig
 from graphrag_pipeline.lib.core.models import Community
 from graphrag_pipeline.lib.stages.report import StageReport
-from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS
+from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS, payload_json
 
 # When the last full re-clustering ran and how many entities incremental runs have re-clustered since.
 FULL_RUN_MARK = "communities:full_run"
@@ -42,7 +42,7 @@ def build_communities(ws: Workspace) -> StageReport:
         after = {c.community_id: c for c in communities}
         ws.state.write_payloads(
             COMMUNITY_PAYLOADS,
-            {cid: ("", json.dumps(c.to_dict())) for cid, c in after.items() if before.get(cid) != c},
+            {cid: ("", payload_json(c.to_dict())) for cid, c in after.items() if before.get(cid) != c},
             [cid for cid in before if cid not in after])
         ws.state.record_stage_mark(FULL_RUN_MARK, json.dumps(
             {"at": time.time(), "reclustered": 0} if full else

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 from collections import defaultdict
 from typing import Sequence
 
@@ -31,6 +30,7 @@ from graphrag_pipeline.lib.stores.state.sql import (
     COMMUNITY_PAYLOADS,
     COMMUNITY_SUMMARY_PAYLOADS,
     SOURCES_CHANGED_MARK,
+    payload_json,
 )
 
 # A community's vector is the mean vector of the chunks where its members meet most (the first ones its summary
@@ -52,7 +52,7 @@ def summarize_communities(ws: Workspace) -> StageReport:
     written = _write_summaries(ws, plan, report)
     ws.state.write_payloads(
         COMMUNITY_SUMMARY_PAYLOADS,
-        {cid: (plan.hashes[cid], json.dumps({**summary.to_dict(), "written_from": plan.written_from(cid)}))
+        {cid: (plan.hashes[cid], payload_json({**summary.to_dict(), "written_from": plan.written_from(cid)}))
          for cid, summary in written.items()},
         plan.changes.removed)
     summaries = ws.state.payloads(COMMUNITY_SUMMARY_PAYLOADS)

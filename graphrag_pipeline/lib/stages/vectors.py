@@ -4,6 +4,7 @@ embeddings, graph and community-summaries stages)."""
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from typing import Any, Callable, Collection, Sequence
 
 import numpy as np
@@ -127,29 +128,32 @@ def sync_points(
     stale = [pid for pid, key in keys.items() if indexed.get(pid) != key]
     removed = sorted(set(indexed) - set(wanted))
     progress = ws.progress(report.stage, f"embed {collection}", len(stale))
-    for batch in embedding_rounds(stale, lambda pid: wanted[pid][1]):
-        same_text = [pid for pid in batch if built_from(indexed.get(pid), keys[pid].partition(":")[0])]
-        kept = ws.vector_store.vectors(collection, same_text) if same_text else {}  # a first build has none
-        report.counts["vectors_kept"] += len(kept)
-        to_compute = [pid for pid in batch if pid not in kept]
-        computed = {}
-        if to_compute:
-            computed = dict(zip(to_compute, vectors_of(to_compute) if vectors_of is not None else embed_texts_cached(
-                ws, [wanted[pid][1] for pid in to_compute], report, keep_new=cache_new_texts)))
-        vectors = [kept[pid] if pid in kept else computed[pid] for pid in batch]
-        ws.state.record_indexed_points(collection, {pid: (wanted[pid][0], UNSYNCED) for pid in batch}, [])
-        with report.timed("upsert"):
-            ws.vector_store.upsert(
-                collection, [VectorPoint(pid, vec, wanted[pid][2]) for pid, vec in zip(batch, vectors)]
-            )
-        crash_point(f"{report.stage}:{collection}:upserted")
-        ws.state.record_indexed_points(collection, {pid: (wanted[pid][0], keys[pid]) for pid in batch}, [])
-        progress.advance(len(batch))
-    if removed:
-        with report.timed("delete"):
-            ws.vector_store.delete(collection, removed)
-        crash_point(f"{report.stage}:{collection}:deleted")
-        ws.state.record_indexed_points(collection, {}, removed)
+    # A corpus-wide collection (``shards`` None) has one writer, this stage: its batches share one open collection.
+    with ws.vector_store.session(collection) if shards is None and (stale or removed) else nullcontext():
+        for batch in embedding_rounds(stale, lambda pid: wanted[pid][1]):
+            same_text = [pid for pid in batch if built_from(indexed.get(pid), keys[pid].partition(":")[0])]
+            kept = ws.vector_store.vectors(collection, same_text) if same_text else {}  # a first build has none
+            report.counts["vectors_kept"] += len(kept)
+            to_compute = [pid for pid in batch if pid not in kept]
+            computed = {}
+            if to_compute:
+                computed = dict(zip(to_compute, vectors_of(to_compute) if vectors_of is not None else
+                                    embed_texts_cached(ws, [wanted[pid][1] for pid in to_compute], report,
+                                                       keep_new=cache_new_texts)))
+            vectors = [kept[pid] if pid in kept else computed[pid] for pid in batch]
+            ws.state.record_indexed_points(collection, {pid: (wanted[pid][0], UNSYNCED) for pid in batch}, [])
+            with report.timed("upsert"):
+                ws.vector_store.upsert(
+                    collection, [VectorPoint(pid, vec, wanted[pid][2]) for pid, vec in zip(batch, vectors)]
+                )
+            crash_point(f"{report.stage}:{collection}:upserted")
+            ws.state.record_indexed_points(collection, {pid: (wanted[pid][0], keys[pid]) for pid in batch}, [])
+            progress.advance(len(batch))
+        if removed:
+            with report.timed("delete"):
+                ws.vector_store.delete(collection, removed)
+            crash_point(f"{report.stage}:{collection}:deleted")
+            ws.state.record_indexed_points(collection, {}, removed)
     crash_point(f"{report.stage}:{collection}:before-publish")
     with report.timed("publish"):
         ws.vector_store.publish()

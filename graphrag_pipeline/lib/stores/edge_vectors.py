@@ -433,8 +433,8 @@ class EdgeVectorStore:
     def session(self, collection: str) -> Iterator[None]:
         """Keeps the collection's shard open (and other writers out) while the block runs.
 
-        Inside the block this thread's operations on the collection reuse the open shard instead of paying a
-        load, flush and close each; the shard is flushed and closed when the block ends.
+        Inside the block this thread's operations on the collection reuse the open shard instead of paying a load
+        and close each; a write is still flushed before it returns (the state records it as stored right after).
         """
         self.dimension(collection)  # fail fast on a missing collection
         state = self._state(collection)
@@ -537,6 +537,8 @@ class EdgeVectorStore:
         with self._locked(collection):
             if state.session_shard is not None:
                 yield state.session_shard
+                if writing:
+                    state.session_shard.flush()
                 return
             self._restore_working_shard(collection)
             if writing:

@@ -14,7 +14,6 @@ read-only store (a query process's) keeps the mentions by entity in memory the s
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import sqlite3
 import threading
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from graphrag_pipeline.lib.core.models import ChunkText, Entity, EntityNames, Relationship
 from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, ReadAhead, Subgraph, WalkPlan, check_page
@@ -165,8 +165,10 @@ _ORDER_ENTITIES = {
     "name": "name, entity_id",
 }
 
-# A reusable encoder skips json.dumps' per-call encoder construction, which dominates bulk writes.
-_encode_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+def _encode_json(values: list) -> str:
+    # orjson: a bulk write encodes three lists per row, which the standard library's encoder made a tenth of the
+    # graph stage; the text is the same (no spaces, UTF-8 rather than escapes).
+    return orjson.dumps(values).decode()
 
 
 def _ids_json(ids: Iterable[str]) -> str:
@@ -174,7 +176,7 @@ def _ids_json(ids: Iterable[str]) -> str:
 
 
 def _load(text: str) -> tuple[str, ...]:
-    return tuple(json.loads(text))
+    return tuple(orjson.loads(text))
 
 
 def _entity_row(entity: Entity) -> tuple[Any, ...]:
@@ -219,7 +221,7 @@ def _relationship_row(relationship: Relationship) -> tuple[Any, ...]:
 
 def _entity_from_row(row: Sequence[Any]) -> Entity:
     """An entity from a row of ``_ENTITY_SELECTS``."""
-    chunk_ids, doc_ids, aliases = json.loads(row[6])
+    chunk_ids, doc_ids, aliases = orjson.loads(row[6])
     return Entity(
         entity_id=row[0],
         name=row[1],
@@ -236,7 +238,7 @@ def _entity_from_row(row: Sequence[Any]) -> Entity:
 
 def _relationship_from_row(row: Sequence[Any]) -> Relationship:
     """A relationship from a row of ``_RELATIONSHIP_READ``."""
-    chunk_ids, doc_ids, predicates = json.loads(row[6])
+    chunk_ids, doc_ids, predicates = orjson.loads(row[6])
     return Relationship(
         relationship_id=row[0],
         source_id=row[1],

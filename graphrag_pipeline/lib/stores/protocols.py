@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, ContextManager, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -71,6 +71,11 @@ class VectorStore(Protocol):
     def vectors(self, collection: str, point_ids: Sequence[str]) -> dict[str, np.ndarray]: ...
 
     def collections(self) -> list[str]: ...  # names of the collections that exist
+
+    # A block of this thread's writes to one collection, each as durable when it returns as outside the block: the
+    # embedded store keeps the collection's shard open through it (and other writers out), where each write would
+    # load and close it. For a collection with one writer, its stage.
+    def session(self, collection: str) -> ContextManager[None]: ...
 
     def publish(self) -> None: ...  # make all writes visible to readers in other processes (no-op for servers)
 

@@ -25,8 +25,8 @@ import re
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any
+from contextlib import contextmanager, nullcontext
+from typing import Any, ContextManager
 
 import numpy as np
 from qdrant_client import QdrantClient, models
@@ -236,6 +236,11 @@ class QdrantVectorStore:
             found.update((record.payload[ID_KEY], np.asarray(record.vector[VECTOR_NAME], dtype=np.float32))
                          for record in records if record.payload)
         return found
+
+    def session(self, collection: str) -> ContextManager[None]:
+        """Nothing to hold: each write is a request the server has applied when it returns."""
+        self.dimension(collection)  # fail fast on a missing collection, as the embedded store does
+        return nullcontext()
 
     def publish(self) -> None:
         """Nothing to do: every write waited for the server, so readers in other processes already see it."""

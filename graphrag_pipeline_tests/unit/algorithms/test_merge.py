@@ -134,16 +134,17 @@ def test_a_merge_of_some_elements_equals_them_in_the_merge_of_all():
 
 
 def test_element_payload_is_the_json_of_every_field_so_stored_hashes_stay_valid():
-    """Indexes built earlier hold these hashes (cut to their first 128 bits by state schema 4): a payload spelled
-    differently would rewrite every element once."""
+    """Indexes hold these hashes (cut to their first 128 bits by state schema 4): a payload spelled differently
+    makes every element that a merge touches look changed once, and the graph stage write it again. The spelling is
+    orjson's, sorted keys without spaces (the standard library's, with spaces, before this version)."""
     entities, relationships = merge_extractions(
         [("d1", extraction("c1", [("Alpha", "PERSON", "one"), ("Beta", "PERSON", "two")],
                            [("Alpha", "Beta", "WORKS_FOR", "works for", "Alpha works for Beta.", 1.5)]))],
         ONTOLOGY,
     )
     for element in (*entities, *relationships):
-        assert element_payload(element) == (content_hash(json.dumps(asdict(element), sort_keys=True))[:32],
-                                            json.dumps(asdict(element), sort_keys=True))
+        spelled = json.dumps(asdict(element), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        assert element_payload(element) == (content_hash(spelled)[:32], spelled)
 
 
 def test_normalize_name_collapses_spacing_around_hyphens():

@@ -78,12 +78,14 @@ class SQLiteStateStore(SQLStateStore):
     # keeps the bookkeeping of one row per element, point or chunk in its primary key's tree alone (WITHOUT ROWID),
     # not in a table and an index of the same key. Together they made the state a fifth smaller (docs/benchmarks.md).
     # Version 5 keeps communities, their summaries and sources' extractions as namespaces of one payloads table.
+    # Version 6 writes payloads without spaces (orjson) from a dictionary spelled so, which an older pipeline cannot
+    # read; the payloads already stored keep version 4's, which their streams name.
     MIGRATIONS: dict[int, str] = {2: "", 3: "", 4: "; ".join(
         [SHORTER_ELEMENT_HASHES]
         + [f"ALTER TABLE {table} RENAME TO {table}_v3; {_table_definition(table)}; "
            f"INSERT INTO {table} SELECT * FROM {table}_v3; DROP TABLE {table}_v3" for table in _KEY_ONLY_TABLES]
         + [_INDEXED_POINTS_BY_SHARD]),  # its index went with the table it was renamed with
-        5: fold_into_payloads("BLOB")}
+        5: fold_into_payloads("BLOB"), 6: ""}
 
     def exists(self) -> bool:
         """Whether a build has created this index's state (a read-only store of a missing file creates none); a file
