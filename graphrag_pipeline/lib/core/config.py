@@ -199,6 +199,9 @@ class EmbedderConfig(StrictModel):
     dimension: int | None = Field(None, ge=1)
     max_tokens: int | None = Field(None, ge=1)
     batch_size: int = Field(64, ge=1)
+    # The local model: the tokens of a batch, padding included (and at most batch_size texts). Long texts go a few at
+    # a time, names many: on two cores chunks embedded 1.4x as fast as 64 to a batch, and 32 of them 3x.
+    batch_tokens: int = Field(512, ge=1)
     device: str = "cpu"
     # What runs the offline model in pipeline runs: ONNX Runtime, on a graph built in memory from the model's weights
     # (no torch import; a process loads it in about a second, torch in about seven), or torch. Both give the same

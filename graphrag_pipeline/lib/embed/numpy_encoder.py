@@ -137,6 +137,20 @@ def _blas_threads():
     return ThreadpoolController()
 
 
+def length_batches(lengths: Sequence[int], batch_size: int, batch_tokens: int) -> list[list[int]]:
+    """The indexes of texts of ``lengths`` tokens in batches for the model: shortest first, so a batch pads little,
+    each at most ``batch_size`` texts and, past its first text, ``batch_tokens`` tokens once padded to its longest.
+    The model's cost grows faster than its tokens with a batch's size (its attention, and what falls out of cache)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    for i in order:
+        if batches and len(batches[-1]) < batch_size and (len(batches[-1]) + 1) * lengths[i] <= batch_tokens:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
 class NumpyEmbedder:
     """`Embedder` over a local sentence-transformers BERT model, evaluated with NumPy (no torch import). Its name is
     the torch embedder's: both compute the same vectors, so an index built by one is queried by the other.
@@ -212,12 +226,9 @@ class NumpyEmbedder:
         with self._lock:
             encodings = self._tokenizer.encode_batch(list(texts))
         vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        # Similar lengths together, so short questions are not padded to the longest text of the call.
-        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
-        batch_size = self._config.batch_size
-        for start in range(0, len(order), batch_size):
-            members = order[start : start + batch_size]
-            length = max(len(encodings[i].ids) for i in members)
+        for members in length_batches([len(e.ids) for e in encodings], self._config.batch_size,
+                                      self._config.batch_tokens):
+            length = len(encodings[members[-1]].ids)
             ids = np.zeros((len(members), length), dtype=np.int64)
             mask = np.zeros((len(members), length), dtype=np.int64)
             for row, i in enumerate(members):
