@@ -24,6 +24,7 @@ from qdrant_edge import Distance, EdgeConfig, EdgeShard, EdgeVectorParams, Vecto
 
 import graphrag_pipeline
 from graphrag_pipeline.lib.core.models import VectorPoint
+from graphrag_pipeline.lib.stores import edge_vectors
 from graphrag_pipeline.lib.stores.edge_vectors import (
     CollectionNotFoundError,
     EdgeVectorReader,
@@ -597,6 +598,35 @@ def test_new_shards_have_no_write_ahead_log_and_a_writer_killed_after_upsert_los
         last = np.array([1.0, 50.0, 0.0, 0.0])
         np.testing.assert_allclose(reader.vectors("chunks", ["k-49"])["k-49"], last / np.linalg.norm(last),
                                    atol=SCORE_TOLERANCE)
+
+
+def test_ensure_collection_opens_no_shard_whose_own_file_lists_its_indexed_fields(tmp_path: Path, monkeypatch) -> None:
+    store = edge_store(tmp_path)
+    store.upsert("chunks", corpus())
+    store.publish()  # the working shard is retired: the collection is in the published version alone
+    loads = []
+
+    class CountingShard:
+        create = staticmethod(EdgeShard.create)
+
+        @staticmethod
+        def load(*args):
+            loads.append(args)
+            return EdgeShard.load(*args)
+
+    monkeypatch.setattr(edge_vectors, "EdgeShard", CountingShard)
+    again = EdgeVectorStore(tmp_path / "vectors")
+    again.ensure_collection("chunks", DIM)
+    assert loads == []
+    with pytest.raises(ValueError, match="dimension"):
+        again.ensure_collection("chunks", DIM + 1)
+
+    wider = EdgeVectorStore(tmp_path / "vectors", keyword_fields=("doc_ids", "kind"))
+    wider.ensure_collection("chunks", DIM)  # a field the file does not list: the shard is opened and indexed
+    wider.ensure_collection("chunks", DIM)
+    assert len(loads) == 1
+    assert [h.point_id for h in wider.search("chunks", [0.0, 0.0, 1.0, 0.0], 5, must_match={"kind": "entity"})] == [
+        "ent-x", "ent-y"]
 
 
 def test_a_writer_killed_inside_a_session_keeps_every_write_that_returned(tmp_path: Path) -> None:
