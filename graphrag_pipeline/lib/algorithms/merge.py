@@ -300,7 +300,7 @@ def capped_parts(
 def element_payload(element: Entity | Relationship) -> tuple[str, str]:
     """(content hash, JSON) of an element: the hash tells the graph stage whether the store needs the write."""
     # orjson writes the fields' tuples as lists itself (dataclasses.asdict's deep copy of every element cost more
-    # than the merge itself) and encodes a corpus's elements in a fifth of the standard library's time.
+    # than the merge itself), in a sixth of the standard library's time.
     payload = orjson.dumps({name: getattr(element, name) for name in _field_names(type(element))},
                            option=orjson.OPT_SORT_KEYS).decode()
     return short_hash(payload), payload

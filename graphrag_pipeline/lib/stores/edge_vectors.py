@@ -339,11 +339,11 @@ class EdgeVectorStore:
         shard_dir = self._shard_dir(collection)
         with self._locked(collection):  # no publish meanwhile: the current version stays current
             state = self._state(collection)
-            existing = self._current_shard_dir(collection)
-            if existing is not None and _indexed_fields(existing) >= set(self.keyword_fields):
-                if _shard_dimension(existing) != dimension:
+            current = self._current_shard_dir(collection)
+            if current is not None and _indexed_fields(current) >= set(self.keyword_fields):
+                if _shard_dimension(current) != dimension:
                     raise ValueError(
-                        f"collection {collection!r} has dimension {_shard_dimension(existing)}, not {dimension}")
+                        f"collection {collection!r} has dimension {_shard_dimension(current)}, not {dimension}")
                 self._dimensions[collection] = dimension
                 return
             self._restore_working_shard(collection)
