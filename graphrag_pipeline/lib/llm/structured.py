@@ -51,9 +51,20 @@ def parse_json_answer(text: str, output_model: type[M]) -> M:
     except json.JSONDecodeError as error:
         raise OutputError(f"invalid JSON: {error}") from error
     try:
-        return output_model.model_validate(data)
+        return output_model.model_validate(_without_lone_surrogates(data))
     except ValidationError as error:
         raise OutputError(f"JSON does not match the schema: {str(error)[:ERROR_CHARS]}") from error
+
+
+def _without_lone_surrogates(data: Any) -> Any:
+    """``data`` with each half of a surrogate pair that a JSON escape left alone ("\\ud83d" without its partner)
+    replaced by "?": a text holding one is not UTF-8, which neither the stores nor the payloads' JSON can write."""
+    text = json.dumps(data, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+        return data
+    except UnicodeEncodeError:
+        return json.loads(text.encode("utf-8", "replace").decode("utf-8"))
 
 
 def repair_template() -> PromptTemplate:

@@ -11,6 +11,7 @@ from graphrag_pipeline.lib.core.models import Chunk, ChunkExtraction, Quarantine
 from graphrag_pipeline.lib.extract.llm import LLMExtractor
 from graphrag_pipeline.lib.llm.clients import chat_client
 from graphrag_pipeline.lib.llm.runner import LLMRunner
+from graphrag_pipeline.lib.stores.state.sqlite import SQLiteStateStore
 from graphrag_pipeline_tests.fake_llm_server import OLLAMA_CHAT, OPENAI_CHAT, Reply, llm_config, prompt_of
 
 ONTOLOGY = PipelineSettings.model_validate(default_config_data()).ontology
@@ -95,6 +96,22 @@ def test_types_outside_the_ontology_fall_back(llm_server):
         ("Ada Lovelace", "Analytical Engine"): ("RELATED_TO", "wrote programs for"),
         ("Charles Babbage", "Analytical Engine"): ("RELATED_TO", "designed"),  # endpoint added as an entity
     }  # the self-relation is dropped
+
+
+def test_a_lone_surrogate_escape_in_an_answer_becomes_a_question_mark_and_is_stored(llm_server, tmp_path):
+    """JSON can escape half a surrogate pair ("\\udce2"), which decodes to text that is not UTF-8: stored as it is,
+    it would stop the stage that writes it."""
+    llm_server.chat_responder = lambda request: (
+        '{"entities": [{"name": "payments-api", "type": "Service", "description": "Takes card\\udce2 payments."}],'
+        ' "relationships": []}')
+    [extraction], quarantined = extractor(llm_server).extract([chunk("payments-api takes cards.", "c1")])
+
+    assert quarantined == []
+    assert extraction.entities[0].description == "Takes card? payments."
+    state = SQLiteStateStore(tmp_path / "state.sqlite")
+    state.store_extractions("llm-test", [extraction])
+    assert state.extractions(["c1"], "llm-test")["c1"].entities[0].description == "Takes card? payments."
+    state.close()
 
 
 def test_fenced_json_with_prose_needs_no_repair(llm_server):
