@@ -252,8 +252,8 @@ class QueryEngine:
         followed = {r.relationship_id: r for r in retrieval.followed
                     if r.source_id in visible and r.target_id in visible}
         relationships = [*followed.values(), *(r for r in among if r.relationship_id not in followed)]
-        shown = with_provenance(self.state, [r for r in relationships[:RELATIONSHIPS_IN_RESPONSE]
-                                             if access.can_read_any(r.doc_ids)], access)
+        shown = with_provenance(self.state, [r for r in relationships
+                                             if access.can_read_any(r.doc_ids)][:RELATIONSHIPS_IN_RESPONSE], access)
         systems = catalog_systems(self.state, [visible[e] for r in shown for e in (r.source_id, r.target_id)
                                                if e in visible], self._index.directory().catalog_pages, access)
         retrieval.timings["respond"] = elapsed_ms(started)
@@ -314,14 +314,23 @@ class QueryEngine:
 def visible_subgraph(
     graph: GraphStore, subgraph: Subgraph, access: ReaderAccess, limit: int
 ) -> tuple[dict[str, Entity], list[Relationship]]:
-    """The entities of ``subgraph`` the reader may see, and the heaviest ``limit`` relationships among them. The
-    subgraph's relationships were cut to ``limit`` among all its entities, so when that cut kept some the reader may
-    not see, the ones among the visible entities are read again: others may have fallen below the cut."""
+    """The entities of ``subgraph`` the reader may see, and the heaviest ``limit`` relationships among them that the
+    reader may read. The subgraph's relationships were cut to ``limit`` among all its entities, whoever may read
+    them, so when that cut kept some the reader may not, the ones among the visible entities are read again, four
+    times as many each time, until ``limit`` are readable or none are left: others may have fallen below the cut."""
     visible = {eid: e for eid, e in subgraph.entities.items() if access.can_read_any(e.doc_ids)}
-    among = [r for r in subgraph.relationships if r.source_id in visible and r.target_id in visible]
-    if len(among) < len(subgraph.relationships) and len(subgraph.relationships) >= limit:
-        among = graph.relationships_between(set(visible), limit=limit)
-    return visible, among
+
+    def readable(relationships: list[Relationship]) -> list[Relationship]:
+        return [r for r in relationships
+                if r.source_id in visible and r.target_id in visible and access.can_read_any(r.doc_ids)]
+
+    read, cut = subgraph.relationships, limit
+    among = readable(read)
+    while len(among) < limit and len(read) >= cut:
+        cut *= 4
+        read = graph.relationships_between(set(visible), limit=cut)
+        among = readable(read)
+    return visible, among[:limit]
 
 
 def with_provenance(state: StateStore, elements: list[ElementT], access: ReaderAccess) -> list[ElementT]:

@@ -194,6 +194,31 @@ def test_an_answers_relationships_cut_in_favour_of_hidden_entities_are_read_agai
         assert set(visible) == {"a", "b", "vault"} and [r.relationship_id for r in among] == ["a-vault", "b-vault"]
 
 
+def test_an_answers_relationships_that_only_restricted_documents_state_make_room_for_readable_ones(tmp_path):
+    """Entities a reader sees can be related in documents it may not read: those relationships are not its facts,
+    and when they fill the cut, lighter readable ones take their places."""
+    from graphrag_pipeline.lib.core.models import Entity, Relationship
+    from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
+    from graphrag_pipeline.query.engine import visible_subgraph
+
+    def relationship(source: str, target: str, weight: float, doc_id: str) -> Relationship:
+        return Relationship(relationship_id=f"{source}-{target}", source_id=source, target_id=target,
+                            type="DEPENDS_ON", description="", weight=weight, chunk_ids=("c",), doc_ids=(doc_id,))
+
+    with EmbeddedGraphStore(tmp_path / "graph.sqlite") as graph:
+        graph.upsert_entities([Entity(entity_id=e, name=e, canonical=e, type="Service", description="",
+                                      mention_count=1, chunk_ids=("c",), doc_ids=("public",)) for e in "abcd"])
+        graph.upsert_relationships([relationship("a", "b", 9.0, "secret"), relationship("a", "c", 8.0, "secret"),
+                                    *(relationship(s, t, 7.0 - i, "secret") for i, (s, t) in enumerate(["ad", "bc"])),
+                                    relationship("b", "d", 1.0, "public"), relationship("c", "d", 0.5, "public")])
+        subgraph = graph.answer_subgraph(list("abcd"), [], [], limit=2)
+        public = ReaderAccess({"secret": frozenset({"security"})}, [])
+        visible, among = visible_subgraph(graph, subgraph, public, limit=2)
+        assert set(visible) == set("abcd") and [r.relationship_id for r in among] == ["b-d", "c-d"]
+        visible, among = visible_subgraph(graph, subgraph, ReaderAccess({}, []), limit=2)
+        assert [r.relationship_id for r in among] == ["a-b", "a-c"]
+
+
 def test_a_folders_configured_groups_restrict_its_files_and_changing_them_reingests(tmp_path):
     from graphrag_pipeline.lib.core.config import FolderSource
     from graphrag_pipeline.lib.sources.registry import read_source, scan_hashes
