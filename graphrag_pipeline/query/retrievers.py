@@ -743,7 +743,7 @@ class GlobalRetriever:
         state = self.index.state
         summaries = state.payloads(COMMUNITY_SUMMARY_PAYLOADS, candidate_ids)
         members = {cid: c["entity_ids"] for cid, c in state.payloads(COMMUNITY_PAYLOADS, summaries).items()}
-        entities = self.index.graph.get_entities({eid for ids in members.values() for eid in ids})
+        documents_of = self.index.graph.documents_of_entities({eid for ids in members.values() for eid in ids})
         cited_ids = {cid: summaries[cid]["chunk_ids"][:CITATIONS_PER_SUMMARY] for cid in members}
         cited_chunks = {c.chunk_id: c for c in state.chunks(chunk_ids=[c for ids in cited_ids.values() for c in ids])}
         documents = {d.doc_id: d for d in state.documents(doc_ids={c.doc_id for c in cited_chunks.values()},
@@ -762,7 +762,7 @@ class GlobalRetriever:
                 citations=citations,
                 # The documents stored with the text (every one it was written from) and its members' current ones.
                 written_from=frozenset(summary.get("written_from", ()))
-                | frozenset(d for eid in entity_ids if eid in entities for d in entities[eid].doc_ids),
+                | frozenset(d for eid in entity_ids for d in documents_of.get(eid, ())),
                 about=tuple(summary["top_entities"]),
             )
         return passages

@@ -158,6 +158,17 @@ def test_reupsert_is_idempotent_and_updates_win(graph_store: GraphStore) -> None
     assert graph_store.get_relationships([heavier.relationship_id])[heavier.relationship_id] == heavier
 
 
+def test_documents_of_entities_are_the_stored_entities_doc_ids(graph_store: GraphStore) -> None:
+    many = Entity(**{**entity("a").to_dict(), "doc_ids": ("docs:one", "docs:two", "docs:three")})
+    graph_store.upsert_entities([many, entity("b"), Entity(**{**entity("c").to_dict(), "doc_ids": ()})])
+    stored = graph_store.get_entities(["a", "b", "c"])
+
+    assert graph_store.documents_of_entities(["a", "b", "c", "ghost"]) == {
+        eid: e.doc_ids for eid, e in stored.items()}
+    assert graph_store.documents_of_entities(["a"]) == {"a": ("docs:one", "docs:two", "docs:three")}
+    assert graph_store.documents_of_entities([]) == {}
+
+
 def test_relationship_with_unknown_endpoint_is_rejected(graph_store: GraphStore) -> None:
     graph_store.upsert_entities([entity("a")])
     with pytest.raises(ValueError, match="unknown entities"):

@@ -510,6 +510,12 @@ class EmbeddedGraphStore:
         return {entity.entity_id: entity
                 for entity in self._entity_rows(f"WHERE entity_id IN {_IDS}", (_ids_json(entity_ids),))}
 
+    def documents_of_entities(self, entity_ids: Iterable[str]) -> dict[str, tuple[str, ...]]:
+        with self._read() as conn:
+            rows = conn.execute(f"SELECT entity_id, doc_ids FROM entities WHERE entity_id IN {_IDS}",
+                                (_ids_json(entity_ids),)).fetchall()
+        return {entity_id: _load(doc_ids) for entity_id, doc_ids in rows}
+
     def get_relationships(self, relationship_ids: Iterable[str]) -> dict[str, Relationship]:
         """The stored relationships among ``relationship_ids``; unknown ids are absent from the result."""
         rows = self._relationship_rows(f"WHERE relationship_id IN {_IDS}", (_ids_json(relationship_ids),))

@@ -664,6 +664,16 @@ class Neo4jGraphStore:
                 found[record["entity_id"]] = _entity_from_record(record)
         return found
 
+    def documents_of_entities(self, entity_ids: Iterable[str]) -> dict[str, tuple[str, ...]]:
+        found: dict[str, tuple[str, ...]] = {}
+        for batch in self._batches(_unique(entity_ids)):
+            for record in self._query(
+                f"UNWIND $ids AS id MATCH (e:{ENTITY_LABEL} {{entity_id: id}}) RETURN id, e.doc_ids AS doc_ids",
+                ids=list(batch),
+            ):
+                found[record["id"]] = tuple(record["doc_ids"] or ())
+        return found
+
     def get_relationships(self, relationship_ids: Iterable[str]) -> dict[str, Relationship]:
         """The stored relationships among ``relationship_ids``; unknown ids are absent from the result."""
         found: dict[str, Relationship] = {}
