@@ -12,11 +12,12 @@ import dataclasses
 import math
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
+from graphrag_pipeline.lib.core.ids import short_id
 from graphrag_pipeline.lib.core.models import Entity, EntityNames, Relationship
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
 from graphrag_pipeline.lib.stores.protocols import (
@@ -804,10 +805,136 @@ def test_embedded_store_of_a_newer_version_is_refused_and_left_alone(tmp_path: P
     with EmbeddedGraphStore(path) as store:
         build(store, [rel("a", "b")])
     with sqlite3.connect(path) as conn:
-        conn.execute("PRAGMA user_version = 4")
-    with pytest.raises(ValueError, match="schema version 4; this code reads 3"):
+        conn.execute("PRAGMA user_version = 5")
+    with pytest.raises(ValueError, match="schema version 5; this code reads 4"):
         EmbeddedGraphStore(path)
-    with pytest.raises(ValueError, match="schema version 3 \\(has 4\\)"):
+    with pytest.raises(ValueError, match="schema version 4 \\(has 5\\)"):
         EmbeddedGraphStore(path, read_only=True)
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
+
+
+# The pipeline's own ids (a prefix and 32 hex digits) are stored as their 16 bytes; the tests above use short text ids,
+# which are stored as text. These build one graph under both kinds of ids and ask the same of each.
+def _pipeline_ids(names: Iterable[str]) -> dict[str, str]:
+    """Short text id -> the pipeline's id of the same thing; "legacy" ids stay text in both graphs."""
+    kinds = {"c": "chunk", "r": "rel"}  # c1, r1; a single letter names an entity
+    return {name: name if name.startswith("legacy") else short_id(kinds[name[0]] if len(name) > 1 else "ent", name)
+            for name in names}
+
+
+def _renamed(value: object, names: Mapping[str, str]) -> object:
+    """``value`` with every id string in it renamed by ``names`` (records, neighbourhoods, collections)."""
+    if isinstance(value, str):
+        return names.get(value, value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{field.name: _renamed(getattr(value, field.name), names)
+                                             for field in dataclasses.fields(value)})
+    if isinstance(value, Mapping):
+        return {_renamed(key, names): _renamed(item, names) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return type(value)(_renamed(item, names) for item in value)
+    return value
+
+
+def _what_the_store_answers(store: EmbeddedGraphStore, ids: Mapping[str, str]) -> dict[str, object]:
+    """The store's answers to every read, about the graph's things named by their short text ids (``ids`` gives the
+    ids the store holds them under); the lists the store orders by id are checked for order, then sorted by name,
+    since the two kinds of ids sort differently."""
+    entities = [ids[name] for name in ("a", "b", "c", "d", "legacy-e")]
+    chunks = [ids[name] for name in ("c1", "c2", "c3")]
+    answers: dict[str, object] = {
+        "entities": store.get_entities(entities),
+        "relationships": store.get_relationships(store.all_relationship_ids()),
+        "relationships_of_a": store.relationships_of([ids["a"]]),
+        "depends_on_of_b": store.relationships_of([ids["b"]], ["DEPENDS_ON"]),
+        "between": store.relationships_between(entities, limit=3),  # weights differ: the order is by weight
+        "documents": store.documents_of_entities(entities),
+        "entities_of_chunks": store.entities_of_chunks(chunks),
+        "chunks_of_entities": store.chunks_of_entities(entities),
+        "neighbourhoods": store.neighbourhoods(entities),
+        "subgraph": store.answer_subgraph([ids["a"]], [ids["c2"]], entities),
+        "entity_ids": store.all_entity_ids(),
+        "relationship_ids": store.all_relationship_ids(),
+        "edges": store.weighted_edges(),
+        "names": store.list_entity_names(limit=10),
+        "listed": store.list_relationships(limit=10),
+    }
+    for grouped in ("entities_of_chunks", "chunks_of_entities"):
+        assert all(items == sorted(items) for items in answers[grouped].values())
+    assert answers["edges"] == sorted(answers["edges"]) and all(a < b for a, b, _ in answers["edges"])
+    answers["edges"] = {(a, b, weight) for a, b, weight in answers["edges"]}
+    answers["names"] = sorted(answers["names"], key=lambda names: names.name)
+    renamed = _renamed(answers, {stored: name for name, stored in ids.items()})
+    renamed["edges"] = {(min(a, b), max(a, b), weight) for a, b, weight in renamed["edges"]}
+    for grouped in ("entities_of_chunks", "chunks_of_entities"):
+        renamed[grouped] = {key: sorted(items) for key, items in renamed[grouped].items()}
+    return renamed
+
+
+def _build_sample(store: EmbeddedGraphStore, ids: Mapping[str, str]) -> None:
+    def pipeline_entity(name: str) -> Entity:
+        return dataclasses.replace(entity(name), entity_id=ids[name], chunk_ids=(ids["c1"], ids["c2"]))
+
+    def pipeline_rel(key: str, source: str, target: str, weight: float, type_: str = "RELATED_TO") -> Relationship:
+        return dataclasses.replace(rel(source, target, weight, type_), relationship_id=ids[key], source_id=ids[source],
+                                   target_id=ids[target], chunk_ids=(ids["c3"],))
+
+    store.upsert_entities([pipeline_entity(name) for name in ("a", "b", "c", "d", "legacy-e")])
+    store.upsert_relationships([pipeline_rel("r1", "a", "b", 3.0), pipeline_rel("r2", "b", "c", 2.0, "DEPENDS_ON"),
+                                pipeline_rel("r3", "c", "d", 1.5), pipeline_rel("r4", "a", "legacy-e", 1.0),
+                                pipeline_rel("r5", "d", "d", 0.5)])
+    store.set_chunk_mentions({ids["c1"]: [ids["a"], ids["b"], ids["legacy-e"]], ids["c2"]: [ids["b"], ids["c"]],
+                              ids["c3"]: [ids["d"]]})
+
+
+def test_embedded_store_answers_the_same_under_the_pipelines_ids_stored_as_bytes(tmp_path: Path) -> None:
+    names = ["a", "b", "c", "d", "legacy-e", "c1", "c2", "c3", "r1", "r2", "r3", "r4", "r5"]
+    text_ids, pipeline_ids = {name: name for name in names}, _pipeline_ids(names)
+    with EmbeddedGraphStore(tmp_path / "text.sqlite") as text_store, \
+            EmbeddedGraphStore(tmp_path / "pipeline.sqlite") as pipeline_store:
+        for store, ids in ((text_store, text_ids), (pipeline_store, pipeline_ids)):
+            _build_sample(store, ids)
+        for change in (lambda store, ids: None,
+                       lambda store, ids: store.delete_relationships([ids["r2"]]),
+                       lambda store, ids: store.delete_chunks([ids["c2"]]),
+                       lambda store, ids: store.delete_entities([ids["d"]])):
+            for store, ids in ((text_store, text_ids), (pipeline_store, pipeline_ids)):
+                change(store, ids)
+            with EmbeddedGraphStore(tmp_path / "pipeline.sqlite", read_only=True) as reader:
+                assert (_what_the_store_answers(text_store, text_ids)
+                        == _what_the_store_answers(pipeline_store, pipeline_ids)
+                        == _what_the_store_answers(reader, pipeline_ids))
+        listed = [names.entity_id for names in pipeline_store.list_entity_names()]
+        assert listed == ["legacy-e", *sorted(set(listed) - {"legacy-e"})]  # ids stored as text first
+    with sqlite3.connect(tmp_path / "pipeline.sqlite") as conn:
+        stored = conn.execute("SELECT typeof(entity_id), length(entity_id) FROM entities UNION ALL "
+                              "SELECT typeof(relationship_id), length(relationship_id) FROM relationships UNION ALL "
+                              "SELECT typeof(chunk_id), length(chunk_id) FROM mentions").fetchall()
+    assert sorted(set(stored)) == [("blob", 16), ("text", len("legacy-e"))]
+
+
+def test_embedded_store_of_version_3_gets_its_ids_stored_as_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "graph.sqlite"
+    ids = _pipeline_ids(["a", "b", "c", "d", "legacy-e", "c1", "c2", "c3", "r1", "r2", "r3", "r4", "r5"])
+    with EmbeddedGraphStore(path) as store:
+        _build_sample(store, ids)
+        expected = _what_the_store_answers(store, ids)
+    with sqlite3.connect(path) as conn:  # back to version 3's layout: every id as its text
+        conn.executescript("""
+            UPDATE entities SET entity_id = 'ent-' || lower(hex(entity_id)) WHERE typeof(entity_id) = 'blob';
+            UPDATE relationships SET relationship_id = 'rel-' || lower(hex(relationship_id)),
+                source_id = CASE typeof(source_id) WHEN 'blob' THEN 'ent-' || lower(hex(source_id)) ELSE source_id END,
+                target_id = CASE typeof(target_id) WHEN 'blob' THEN 'ent-' || lower(hex(target_id)) ELSE target_id END;
+            UPDATE mentions SET chunk_id = 'chunk-' || lower(hex(chunk_id)),
+                entity_id = CASE typeof(entity_id) WHEN 'blob' THEN 'ent-' || lower(hex(entity_id)) ELSE entity_id END;
+            PRAGMA user_version = 3;
+        """)
+        assert conn.execute("SELECT COUNT(*) FROM entities WHERE typeof(entity_id) = 'blob'").fetchone() == (0,)
+    with EmbeddedGraphStore(path, read_only=True) as reader:  # a reader does not migrate: it reads version 3
+        assert _what_the_store_answers(reader, ids) == expected
+        with EmbeddedGraphStore(path) as store:  # the first writer stores the ids as bytes, under the reader's feet
+            assert _what_the_store_answers(store, ids) == expected
+        assert _what_the_store_answers(reader, ids) == expected
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM entities WHERE typeof(entity_id) = 'blob'").fetchone() == (4,)

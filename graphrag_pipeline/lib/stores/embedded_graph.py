@@ -17,7 +17,7 @@ import hashlib
 import math
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -29,11 +29,13 @@ from graphrag_pipeline.lib.core.models import ChunkText, Entity, EntityNames, Re
 from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, ReadAhead, Subgraph, WalkPlan, check_page
 from graphrag_pipeline.lib.stores.sqlite_files import naming_damage
 
-SCHEMA_VERSION = 3  # 2: relationship descriptions stored once; 3: entity titles
+SCHEMA_VERSION = 4  # 2: relationship descriptions stored once; 3: entity titles; 4: hashed ids as their 16 bytes
 
 # Only the indexes that interactive reads and cascading deletes need: each secondary index on random hash ids
 # roughly halves the bulk write rate, so listings sort on the fly instead.
 _SCHEMA = """
+-- Ids are the pipeline's own as their 16 bytes, any other as its text (see _stored_id): a TEXT column keeps a blob as
+-- it is given.
 CREATE TABLE IF NOT EXISTS entities (
     entity_id TEXT PRIMARY KEY,
     name TEXT NOT NULL,
@@ -95,8 +97,20 @@ INSERT INTO relationships SELECT relationship_id, source_id, target_id, type, de
 DROP TABLE relationships_v1;
 """
 _FROM_VERSION_2 = "ALTER TABLE entities ADD COLUMN title TEXT NOT NULL DEFAULT '';\n"
+# Version 3 stored every id as its text. Rewritten in place: the space the text took is reused by later writes.
+_FROM_VERSION_3 = """
+UPDATE entities SET entity_id = stored_id('ent', entity_id);
+UPDATE relationships SET relationship_id = stored_id('rel', relationship_id), source_id = stored_id('ent', source_id),
+    target_id = stored_id('ent', target_id);
+UPDATE mentions SET chunk_id = stored_id('chunk', chunk_id), entity_id = stored_id('ent', entity_id);
+"""
 # What a writer runs on a file of each older version to bring it to SCHEMA_VERSION.
-_MIGRATIONS = {0: _SCHEMA, 1: _FROM_VERSION_1 + _FROM_VERSION_2, 2: _FROM_VERSION_2}
+_MIGRATIONS = {
+    0: _SCHEMA,
+    1: _FROM_VERSION_1 + _FROM_VERSION_2 + _FROM_VERSION_3,
+    2: _FROM_VERSION_2 + _FROM_VERSION_3,
+    3: _FROM_VERSION_3,
+}
 
 
 def _statements(script: str) -> list[str]:
@@ -110,9 +124,50 @@ def _statements(script: str) -> list[str]:
     return statements
 
 
-# Id lists travel as one JSON array parameter, expanded by json_each: no bound-parameter limit, one statement.
-_IDS = "(SELECT value FROM json_each(?))"
+# The ids the pipeline makes (a prefix, a dash and 32 hex digits) are stored as their 16 bytes from version 4: ids are
+# most of the graph's rows and all of its indexes, and bytes take a musique-100 build's file from 24.1 to 17.3 MB
+# (docs/benchmarks.md). Any other id (an import's, a test's) is stored as its text. A column holds one kind of id, so
+# its prefix is implied: "ent" for entities, "rel" for relationships, "chunk" for chunks.
+_HASHED_IDS = {prefix: f"{prefix}-" for prefix in ("ent", "rel", "chunk")}
+
+
+def _stored_id(prefix: str, identifier: str) -> str | bytes:
+    """``identifier`` as a file of version 4 stores it in a column of ``prefix`` ids. Called by SQLite for each id of
+    a read's id list, so no regular expression: the digits must give back the same text (lower case, no spaces)."""
+    start = len(prefix) + 1
+    if len(identifier) == start + 32 and identifier.startswith(_HASHED_IDS[prefix]):
+        try:
+            digest = bytes.fromhex(identifier[start:])
+        except ValueError:
+            return identifier
+        if digest.hex() == identifier[start:]:
+            return digest
+    return identifier
+
+
+def _id_of(prefix: str, stored: str | bytes) -> str:
+    """The id a column of ``prefix`` ids holds as ``stored``, in a file of any version. Decoded here rather than by
+    SQL where a question waits: SQLite's hex() and lower() on each id cost more than this."""
+    return stored if stored.__class__ is str else f"{prefix}-{stored.hex()}"
+
+
+def _id_text(prefix: str, column: str) -> str:
+    """SQL reading a column of ``prefix`` ids back as text, from a file of any version (SQLite's hex is upper case)."""
+    return f"CASE WHEN typeof({column}) = 'blob' THEN '{prefix}-' || lower(hex({column})) ELSE {column} END"
+
+
+# Id lists travel as one JSON array parameter, expanded by json_each: no bound-parameter limit, one statement. Reads
+# write ``{ent}``, ``{rel}`` or ``{chunk}`` for a list of such ids, and ``{values}`` for any other list (types).
+_ID_LISTS = {
+    keyed: {"values": "(SELECT value FROM json_each(?))",
+            **{prefix: (f"(SELECT stored_id('{prefix}', value) FROM json_each(?))" if keyed
+                        else "(SELECT value FROM json_each(?))") for prefix in _HASHED_IDS}}
+    for keyed in (False, True)
+}
+_IDS = _ID_LISTS[True]  # a writer's file is of the current version
 _ID_SEPARATOR = " "
+_ENTITY_ID = _id_text("ent", "entity_id")
+_CHUNK_ID = _id_text("chunk", "chunk_id")
 
 _ENTITY_COLUMNS = "entity_id, name, canonical, type, description, mention_count, chunk_ids, doc_ids, aliases, title"
 _STORED_RELATIONSHIP_COLUMNS = (
@@ -131,7 +186,7 @@ def _entity_selects(chunk_ids: str) -> dict[int, str]:
     ``chunk_ids``: the column, or ``'[]'`` for none."""
     id_lists = _id_lists(f"{chunk_ids}, doc_ids, aliases")
     read = f"entity_id, name, canonical, type, description, mention_count, {id_lists}"
-    return {1: f"{read}, '' AS title", 2: f"{read}, '' AS title", SCHEMA_VERSION: f"{read}, title"}
+    return {1: f"{read}, '' AS title", 2: f"{read}, '' AS title", 3: f"{read}, title", SCHEMA_VERSION: f"{read}, title"}
 
 
 _ENTITY_SELECTS = _entity_selects("chunk_ids")
@@ -142,7 +197,8 @@ _RELATIONSHIP_READ = (
 # What relationship reads select from, by the file's version: a reader does not migrate, and reads a file of
 # version 1 as it is until its first writer moves the descriptions out.
 _JOINED_RELATIONSHIPS = "relationships JOIN relationship_descriptions USING (description_id)"
-_RELATIONSHIPS = {1: "relationships", 2: _JOINED_RELATIONSHIPS, SCHEMA_VERSION: _JOINED_RELATIONSHIPS}
+_RELATIONSHIPS = {1: "relationships", 2: _JOINED_RELATIONSHIPS, 3: _JOINED_RELATIONSHIPS,
+                  SCHEMA_VERSION: _JOINED_RELATIONSHIPS}
 
 _UPSERT_ENTITY = f"""
 INSERT INTO entities ({_ENTITY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -184,7 +240,7 @@ def _entity_row(entity: Entity) -> tuple[Any, ...]:
     if not entity.entity_id:
         raise ValueError(f"entity without an id: {entity.name!r}")
     return (
-        entity.entity_id,
+        _stored_id("ent", entity.entity_id),
         entity.name,
         entity.canonical,
         entity.type,
@@ -208,9 +264,9 @@ def _relationship_row(relationship: Relationship) -> tuple[Any, ...]:
     if not (math.isfinite(weight) and weight > 0):
         raise ValueError(f"relationship {relationship.relationship_id} has weight {weight!r}; weights must be > 0")
     return (
-        relationship.relationship_id,
-        relationship.source_id,
-        relationship.target_id,
+        _stored_id("rel", relationship.relationship_id),
+        _stored_id("ent", relationship.source_id),
+        _stored_id("ent", relationship.target_id),
         relationship.type,
         _description_id(relationship.description),
         weight,
@@ -224,7 +280,7 @@ def _entity_from_row(row: Sequence[Any]) -> Entity:
     """An entity from a row of ``_ENTITY_SELECTS``."""
     chunk_ids, doc_ids, aliases = orjson.loads(row[6])
     return Entity(
-        entity_id=row[0],
+        entity_id=_id_of("ent", row[0]),
         name=row[1],
         canonical=row[2],
         type=row[3],
@@ -241,9 +297,9 @@ def _relationship_from_row(row: Sequence[Any]) -> Relationship:
     """A relationship from a row of ``_RELATIONSHIP_READ``."""
     chunk_ids, doc_ids, predicates = orjson.loads(row[6])
     return Relationship(
-        relationship_id=row[0],
-        source_id=row[1],
-        target_id=row[2],
+        relationship_id=_id_of("rel", row[0]),
+        source_id=_id_of("ent", row[1]),
+        target_id=_id_of("ent", row[2]),
         type=row[3],
         description=row[4],
         weight=row[5],
@@ -345,6 +401,7 @@ class EmbeddedGraphStore:
             with naming_damage(self.path):
                 self._conn.execute("PRAGMA busy_timeout = 30000")
                 self._conn.execute("PRAGMA cache_size = -65536")  # 64 MiB: the id indexes of a 300k-edge graph fit
+                self._conn.create_function("stored_id", 2, _stored_id, deterministic=True)
                 self._open_schema()
         except BaseException:
             self._conn.close()
@@ -419,7 +476,7 @@ class EmbeddedGraphStore:
         missing = [
             row[0]
             for row in conn.execute(
-                "SELECT value FROM json_each(?) WHERE value NOT IN (SELECT entity_id FROM entities)",
+                "SELECT value FROM json_each(?) WHERE stored_id('ent', value) NOT IN (SELECT entity_id FROM entities)",
                 (_ids_json(entity_ids),),
             )
         ]
@@ -440,7 +497,8 @@ class EmbeddedGraphStore:
         if rows:
             descriptions = {_description_id(r.description): r.description for r in relationships}
             with self._write() as conn:
-                self._require_entities(conn, [row[1] for row in rows] + [row[2] for row in rows], "relationships")
+                self._require_entities(conn, [end for r in relationships for end in (r.source_id, r.target_id)],
+                                       "relationships")
                 conn.executemany("INSERT INTO relationship_descriptions VALUES (?, ?) ON CONFLICT DO NOTHING",
                                  descriptions.items())
                 conn.executemany(_UPSERT_RELATIONSHIP, rows)
@@ -452,8 +510,9 @@ class EmbeddedGraphStore:
         pairs = [(chunk_id, entity_id) for chunk_id, entity_ids in mentions.items() for entity_id in entity_ids]
         with self._write() as conn:
             self._require_entities(conn, (pair[1] for pair in pairs), "chunk mentions")
-            conn.execute(f"DELETE FROM mentions WHERE chunk_id IN {_IDS}", (_ids_json(mentions),))
-            conn.executemany("INSERT INTO mentions (chunk_id, entity_id) VALUES (?, ?) ON CONFLICT DO NOTHING", pairs)
+            conn.execute(f"DELETE FROM mentions WHERE chunk_id IN {_IDS['chunk']}", (_ids_json(mentions),))
+            conn.executemany("INSERT INTO mentions (chunk_id, entity_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                             [(_stored_id("chunk", chunk), _stored_id("ent", entity)) for chunk, entity in pairs])
 
     # Kept thin: chunk texts and documents are in the state, which queries and exploration read.
     keeps_chunk_texts = False
@@ -467,58 +526,60 @@ class EmbeddedGraphStore:
             return
         ids = _ids_json(entity_ids)
         with self._write() as conn:
-            conn.execute(f"DELETE FROM relationships WHERE source_id IN {_IDS} OR target_id IN {_IDS}", (ids, ids))
-            conn.execute(f"DELETE FROM mentions WHERE entity_id IN {_IDS}", (ids,))
-            conn.execute(f"DELETE FROM entities WHERE entity_id IN {_IDS}", (ids,))
+            conn.execute(f"DELETE FROM relationships WHERE source_id IN {_IDS['ent']} OR target_id IN {_IDS['ent']}",
+                         (ids, ids))
+            conn.execute(f"DELETE FROM mentions WHERE entity_id IN {_IDS['ent']}", (ids,))
+            conn.execute(f"DELETE FROM entities WHERE entity_id IN {_IDS['ent']}", (ids,))
 
     def delete_relationships(self, relationship_ids: Sequence[str]) -> None:
         if relationship_ids:
             with self._write() as conn:
-                sql = f"DELETE FROM relationships WHERE relationship_id IN {_IDS}"
+                sql = f"DELETE FROM relationships WHERE relationship_id IN {_IDS['rel']}"
                 conn.execute(sql, (_ids_json(relationship_ids),))
 
     def delete_chunks(self, chunk_ids: Sequence[str]) -> None:
         """Forget the chunks' mentions (entities keep their ``chunk_ids`` provenance until re-merged)."""
         if chunk_ids:
             with self._write() as conn:
-                conn.execute(f"DELETE FROM mentions WHERE chunk_id IN {_IDS}", (_ids_json(chunk_ids),))
+                conn.execute(f"DELETE FROM mentions WHERE chunk_id IN {_IDS['chunk']}", (_ids_json(chunk_ids),))
 
     # -- point reads ----------------------------------------------------------------------------------------------
 
-    def _query(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
-        with self._lock, naming_damage(self.path):
-            return self._conn.execute(sql, parameters).fetchall()
+    def _query(self, sql: str, parameters: Sequence[Any] = (),
+               compose: Callable[[int], dict[str, str]] = lambda version: {}) -> list[Any]:
+        """The rows of ``sql``, whose ``{ent}``, ``{rel}``, ``{chunk}`` and ``{values}`` are id lists as the file's
+        version stores them (``_ID_LISTS``) and whose other fields ``compose`` gives by that version; the version and
+        the rows read in one snapshot (a writer may migrate the file under a reader's feet)."""
+        with self._read() as conn:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            statement = sql.format_map({**_ID_LISTS[version >= 4], **compose(version)})
+            return conn.execute(statement, parameters).fetchall()
 
     def _entity_rows(self, clauses: str, parameters: Sequence[Any], selects: dict[int, str] = _ENTITY_SELECTS
                      ) -> list[Entity]:
-        """``SELECT`` of whole entities (``selects``), then ``clauses``; the version and the rows read in one
-        snapshot."""
-        with self._read() as conn:
-            columns = selects[conn.execute("PRAGMA user_version").fetchone()[0]]
-            rows = conn.execute(f"SELECT {columns} FROM entities {clauses}", parameters).fetchall()
+        """``SELECT`` of whole entities (``selects``), then ``clauses`` (see ``_query``)."""
+        rows = self._query("SELECT {columns} FROM entities " + clauses, parameters,
+                           lambda version: {"columns": selects[version]})
         return [_entity_from_row(row) for row in rows]
 
     def _relationship_rows(self, clauses: str, parameters: Sequence[Any]) -> list[Relationship]:
-        """``SELECT`` of whole relationships, then ``clauses``; the version and the rows read in one snapshot."""
-        with self._read() as conn:
-            source = _RELATIONSHIPS[conn.execute("PRAGMA user_version").fetchone()[0]]
-            rows = conn.execute(f"SELECT {_RELATIONSHIP_READ} FROM {source} {clauses}", parameters).fetchall()
+        """``SELECT`` of whole relationships, then ``clauses`` (see ``_query``)."""
+        rows = self._query(f"SELECT {_RELATIONSHIP_READ} FROM {{source}} {clauses}", parameters,
+                           lambda version: {"source": _RELATIONSHIPS[version]})
         return [_relationship_from_row(row) for row in rows]
 
     def get_entities(self, entity_ids: Iterable[str]) -> dict[str, Entity]:
         """The stored entities among ``entity_ids``; unknown ids are absent from the result."""
         return {entity.entity_id: entity
-                for entity in self._entity_rows(f"WHERE entity_id IN {_IDS}", (_ids_json(entity_ids),))}
+                for entity in self._entity_rows("WHERE entity_id IN {ent}", (_ids_json(entity_ids),))}
 
     def documents_of_entities(self, entity_ids: Iterable[str]) -> dict[str, tuple[str, ...]]:
-        with self._read() as conn:
-            rows = conn.execute(f"SELECT entity_id, doc_ids FROM entities WHERE entity_id IN {_IDS}",
-                                (_ids_json(entity_ids),)).fetchall()
-        return {entity_id: _load(doc_ids) for entity_id, doc_ids in rows}
+        rows = self._query("SELECT entity_id, doc_ids FROM entities WHERE entity_id IN {ent}", (_ids_json(entity_ids),))
+        return {_id_of("ent", entity_id): _load(doc_ids) for entity_id, doc_ids in rows}
 
     def get_relationships(self, relationship_ids: Iterable[str]) -> dict[str, Relationship]:
         """The stored relationships among ``relationship_ids``; unknown ids are absent from the result."""
-        rows = self._relationship_rows(f"WHERE relationship_id IN {_IDS}", (_ids_json(relationship_ids),))
+        rows = self._relationship_rows("WHERE relationship_id IN {rel}", (_ids_json(relationship_ids),))
         return {relationship.relationship_id: relationship for relationship in rows}
 
     def relationships_of(
@@ -526,30 +587,29 @@ class EmbeddedGraphStore:
     ) -> dict[str, Relationship]:
         """Relationships of those types between one of ``entity_ids`` and another entity (see ``GraphStore``)."""
         ids = _ids_json(entity_ids)
-        clauses = f"WHERE (source_id IN {_IDS} OR target_id IN {_IDS}) AND source_id != target_id"
+        clauses = "WHERE (source_id IN {ent} OR target_id IN {ent}) AND source_id != target_id"
         parameters = [ids, ids]
         if relationship_types is not None:
-            clauses += f" AND type IN {_IDS}"
+            clauses += " AND type IN {values}"
             parameters.append(_ids_json(relationship_types))
         return {relationship.relationship_id: relationship
                 for relationship in self._relationship_rows(clauses, parameters)}
 
-    def _grouped(self, key_column: str, value_column: str, keys: Iterable[str]) -> dict[str, list[str]]:
-        """key -> its values in mentions (sorted), for the keys given. One row per key, its values joined by SQLite:
-        a row per (key, value) made two Python strings each, 3–6 ms of a question's graph scoring at 100k chunks
-        (1.3–4.3 ms joined). Ids never hold the separator (they are prefixed hex digests)."""
-        sql = (f"SELECT {key_column}, group_concat({value_column}, '{_ID_SEPARATOR}') FROM mentions "
-               f"WHERE {key_column} IN {_IDS} GROUP BY {key_column}")
+    def _grouped(self, key: tuple[str, str], value: tuple[str, str], keys: Iterable[str]) -> dict[str, list[str]]:
+        """key -> its values in mentions (sorted), for the keys given; ``key`` and ``value`` are (column, id prefix).
+        A row per (key, value), decoded here: SQLite's own hex() on each id took twice the time of the whole read."""
+        (key_column, key_prefix), (value_column, value_prefix) = key, value
+        sql = f"SELECT {key_column}, {value_column} FROM mentions WHERE {key_column} IN {{{key_prefix}}}"
         grouped: dict[str, list[str]] = {}
-        for key, joined in self._query(sql, (_ids_json(keys),)):
-            values = joined.split(_ID_SEPARATOR)
-            values.sort()  # the index hands them over in order, which the aggregate does not promise to keep
-            grouped[key] = values
+        for stored_key, stored_value in self._query(sql, (_ids_json(keys),)):
+            grouped.setdefault(_id_of(key_prefix, stored_key), []).append(_id_of(value_prefix, stored_value))
+        for values in grouped.values():
+            values.sort()
         return grouped
 
     def entities_of_chunks(self, chunk_ids: Iterable[str]) -> dict[str, list[str]]:
         """Chunk id → entity ids it mentions (sorted); chunks without mentions are absent."""
-        return self._grouped("chunk_id", "entity_id", chunk_ids)
+        return self._grouped(("chunk_id", "chunk"), ("entity_id", "ent"), chunk_ids)
 
     def chunks_of_entities(self, entity_ids: Iterable[str]) -> dict[str, list[str]]:
         """Entity id → chunk ids mentioning it (sorted); entities without mentions are absent. A read-only store (a
@@ -557,14 +617,15 @@ class EmbeddedGraphStore:
         in-memory copy of the mentions, read again when another connection has committed since; a writer, whose own
         writes would keep invalidating it, asks SQLite."""
         if not self.read_only:
-            return self._grouped("entity_id", "chunk_id", entity_ids)
+            return self._grouped(("entity_id", "ent"), ("chunk_id", "chunk"), entity_ids)
         with self._lock, naming_damage(self.path):
             version = self._conn.execute("PRAGMA data_version").fetchone()[0]
             if self._chunks_by_entity is None or version != self._chunks_by_entity_version:
                 # One string per entity: 1.3M mentions (100k chunks) take about a second to read and 55 MB of text,
                 # where numbering every chunk id took three times both.
                 self._chunks_by_entity = dict(self._conn.execute(
-                    f"SELECT entity_id, group_concat(chunk_id, '{_ID_SEPARATOR}') FROM mentions GROUP BY entity_id"))
+                    f"SELECT {_ENTITY_ID}, group_concat({_CHUNK_ID}, '{_ID_SEPARATOR}') FROM mentions "
+                    "GROUP BY entity_id"))
                 self._chunks_by_entity_version = version
             chunks_by_entity = self._chunks_by_entity
         found = {}
@@ -581,7 +642,7 @@ class EmbeddedGraphStore:
             raise ValueError(f"limit must be >= 0, got {limit}")
         ids = _ids_json(entity_ids)
         return self._relationship_rows(
-            f"WHERE source_id IN {_IDS} AND target_id IN {_IDS} ORDER BY weight DESC, relationship_id LIMIT ?",
+            "WHERE source_id IN {ent} AND target_id IN {ent} ORDER BY weight DESC, relationship_id LIMIT ?",
             (ids, ids, limit))
 
     def answer_subgraph(
@@ -592,7 +653,7 @@ class EmbeddedGraphStore:
         among = set(mentioned_among)
         wanted = set(entity_ids) | {entity_id for mentioned in self.entities_of_chunks(chunk_ids).values()
                                     for entity_id in mentioned if entity_id in among}
-        rows = self._entity_rows(f"WHERE entity_id IN {_IDS}", (_ids_json(wanted),), _ENTITY_SELECTS_WITHOUT_CHUNK_IDS)
+        rows = self._entity_rows("WHERE entity_id IN {ent}", (_ids_json(wanted),), _ENTITY_SELECTS_WITHOUT_CHUNK_IDS)
         return Subgraph({entity.entity_id: entity for entity in rows}, self.relationships_between(wanted, limit))
 
     # -- listings -------------------------------------------------------------------------------------------------
@@ -621,9 +682,10 @@ class EmbeddedGraphStore:
         return self._entity_rows(f"ORDER BY {order} LIMIT ? OFFSET ?", (limit, offset))
 
     def list_entity_names(self, offset: int = 0, limit: int = 50) -> list[EntityNames]:
-        """A page of entities' names and mention counts, by entity id (a tenth of the time of whole entities)."""
+        """A page of entities' names and mention counts, by entity id (a tenth of the time of whole entities); ids
+        stored as text (not the pipeline's own) come before the pipeline's, as the file orders them."""
         check_page(offset, limit)
-        sql = ("SELECT entity_id, name, canonical, aliases, mention_count FROM entities "
+        sql = (f"SELECT {_ENTITY_ID}, name, canonical, aliases, mention_count FROM entities "
                "ORDER BY entity_id LIMIT ? OFFSET ?")
         return [EntityNames(row[0], row[1], row[2], _load(row[3]), row[4]) for row in self._query(sql, (limit, offset))]
 
@@ -633,19 +695,22 @@ class EmbeddedGraphStore:
         return self._relationship_rows("ORDER BY weight DESC, relationship_id LIMIT ? OFFSET ?", (limit, offset))
 
     def all_entity_ids(self) -> set[str]:
-        return {row[0] for row in self._query("SELECT entity_id FROM entities")}
+        return {row[0] for row in self._query(f"SELECT {_ENTITY_ID} FROM entities")}
 
     def all_relationship_ids(self) -> set[str]:
-        return {row[0] for row in self._query("SELECT relationship_id FROM relationships")}
+        return {row[0] for row in self._query(f"SELECT {_id_text('rel', 'relationship_id')} FROM relationships")}
 
     def weighted_edges(self) -> list[tuple[str, str, float]]:
         """Undirected (a, b, total weight) with a < b: parallel relationships summed, self-loops left out."""
-        sql = """
-            SELECT MIN(source_id, target_id) AS a, MAX(source_id, target_id) AS b, SUM(weight)
+        sql = f"""
+            SELECT {_id_text('ent', 'MIN(source_id, target_id)')}, {_id_text('ent', 'MAX(source_id, target_id)')},
+                SUM(weight)
             FROM relationships WHERE source_id != target_id
-            GROUP BY a, b ORDER BY a, b
+            GROUP BY MIN(source_id, target_id), MAX(source_id, target_id)
         """
-        return [(a, b, float(weight)) for a, b, weight in self._query(sql)]
+        # Ordered here: SQLite orders stored bytes after text, and an id stored as text (not the pipeline's own)
+        # must still come before the larger ids stored as bytes.
+        return sorted((min(a, b), max(a, b), float(weight)) for a, b, weight in self._query(sql))
 
     # -- neighbourhoods -------------------------------------------------------------------------------------------
 
@@ -657,10 +722,11 @@ class EmbeddedGraphStore:
                 return self._graph
             # The version is read before the snapshot: a commit in between only costs one extra rebuild later.
             with self._read() as conn:
-                entity_ids = [row[0] for row in conn.execute("SELECT entity_id FROM entities ORDER BY entity_id")]
+                entity_ids = [row[0] for row in conn.execute(f"SELECT {_ENTITY_ID} FROM entities ORDER BY entity_id")]
+                entity_ids.sort()  # in order already unless ids stored as text sit among ids stored as bytes
                 relationships = conn.execute(
-                    "SELECT relationship_id, source_id, target_id, type, weight FROM relationships "
-                    "WHERE source_id != target_id"
+                    f"SELECT {_id_text('rel', 'relationship_id')}, {_id_text('ent', 'source_id')}, "
+                    f"{_id_text('ent', 'target_id')}, type, weight FROM relationships WHERE source_id != target_id"
                 ).fetchall()
             self._graph, self._graph_version = _Adjacency(entity_ids, relationships), version
             return self._graph
