@@ -155,6 +155,10 @@ def test_element_hashes_of_a_version_3_index_are_cut_to_what_version_4_computes(
     store.replace_elements("entity", {"e1": (full, json.dumps({"name": "Lake Kivu"}))}, [])
     store.record_synced("entity", {"e1": full, "e2": UNSYNCED}, [])
     with store.transaction() as conn:
+        if isinstance(store, SQLiteStateStore):  # version 3 kept hashes as hex digits, which SQLite keeps as bytes now
+            for table in ("elements", "synced"):
+                conn.execute(f"UPDATE {table} SET content_hash = lower(hex(content_hash)) "
+                             "WHERE typeof(content_hash) = 'blob'")
         conn.execute("DELETE FROM schema_version WHERE version >= 4")
     store.close()
 
@@ -212,6 +216,39 @@ def test_bookkeeping_of_a_version_3_index_moves_into_key_only_tables(tmp_path: P
                        "AND sql IS NOT NULL") == [("indexed_points_shard",)]
     assert store.indexed_point_shards("chunks") == {"c1": 3, "c2": 4}
     assert store.element_hashes("entity", table="synced") == {"e1": "h1"}
+    store.close()
+
+
+def test_elements_of_a_version_6_index_move_into_a_key_only_table_with_their_hashes_as_bytes(tmp_path: Path) -> None:
+    """SQLite: version 7 rebuilds ``elements`` WITHOUT ROWID and keeps the elements' and the sync's hashes as their
+    bytes; every hash reads back as the same text, and a mark that is no digest stays text."""
+    entity_hash, relationship_hash = short_hash("e1"), short_hash("r1")
+    store = SQLiteStateStore(tmp_path / "state.sqlite")
+    store.replace_elements("entity", {"e1": (entity_hash, json.dumps({"name": "Lake Kivu"}))}, [])
+    store.replace_elements("relationship", {"r1": (relationship_hash, json.dumps({"weight": 1.0}))}, [])
+    store.record_synced("entity", {"e1": entity_hash, "e2": UNSYNCED}, [])
+    with store.transaction() as conn:  # back to version 6's layout: elements with rowids, hashes as hex digits
+        definition = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'elements'").fetchone()[0]
+        conn.execute("ALTER TABLE elements RENAME TO elements_v7")
+        conn.execute(definition.replace(" WITHOUT ROWID", ""))
+        conn.execute("INSERT INTO elements SELECT kind, element_id, lower(hex(content_hash)), payload FROM elements_v7")
+        conn.execute("DROP TABLE elements_v7")
+        conn.execute("UPDATE synced SET content_hash = lower(hex(content_hash)) WHERE typeof(content_hash) = 'blob'")
+        conn.execute("DELETE FROM schema_version WHERE version >= 7")
+    assert store.query("SELECT DISTINCT typeof(content_hash) FROM elements") == [("text",)]
+    store.close()
+
+    store = SQLiteStateStore(tmp_path / "state.sqlite")
+    assert store.query("SELECT version FROM schema_version ORDER BY version") == EVERY_VERSION
+    definitions = dict(store.query("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
+    assert definitions["elements"].endswith("WITHOUT ROWID")
+    assert store.query("SELECT typeof(content_hash), length(content_hash) FROM elements UNION "
+                       "SELECT typeof(content_hash), length(content_hash) FROM synced ORDER BY 1") == [
+        ("blob", 16), ("text", len(UNSYNCED))]
+    assert store.element_hashes("entity") == {"e1": entity_hash}
+    assert store.element_hashes("relationship", element_ids=["r1", "r2"]) == {"r1": relationship_hash}
+    assert store.element_hashes("entity", table="synced") == {"e1": entity_hash, "e2": UNSYNCED}
+    assert store.element_payloads("entity") == {"e1": {"name": "Lake Kivu"}}
     store.close()
 
 

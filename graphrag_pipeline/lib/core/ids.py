@@ -31,6 +31,16 @@ def short_hash(*parts: str) -> str:
     return content_hash(*parts)[:SHORT_HASH_CHARS]
 
 
+def hex_bytes(text: str) -> bytes | None:
+    """The bytes whose lower-case hex digits are ``text``, or None when ``text`` is not exactly that: a store keeps a
+    digest as its bytes, in half the space, where it can give the same text back."""
+    try:
+        packed = bytes.fromhex(text)
+    except ValueError:
+        return None
+    return packed if packed.hex() == text else None
+
+
 def short_id(prefix: str, *parts: str) -> str:
     """A readable, content-derived id such as ``chunk-3f2a…``."""
     return f"{prefix}-{short_hash(*parts)}"

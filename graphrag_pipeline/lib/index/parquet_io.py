@@ -34,6 +34,7 @@ from graphrag_pipeline.lib.stores.state.sql import (
     COMMUNITY_PAYLOADS,
     COMMUNITY_SUMMARY_PAYLOADS,
     access_groups_of,
+    digest_text,
     extraction_from_json,
     unpack_payload,
 )
@@ -144,7 +145,7 @@ def _element_rows(state: StateStore, kind: str, columns: tuple[str, ...]) -> lis
     ):
         payload = unpack_payload(payload)
         data = json.loads(payload)
-        row: dict[str, Any] = {"element_id": element_id, "content_hash": digest, "payload": payload}
+        row: dict[str, Any] = {"element_id": element_id, "content_hash": digest_text(digest), "payload": payload}
         row.update((column, _typed(column, data.get(column))) for column in columns)
         rows.append(row)
     if kind == "relationship":

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from graphrag_pipeline.lib.core.ids import hex_bytes
 from graphrag_pipeline.lib.core.models import ChunkText, Entity, EntityNames, Relationship
 from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, ReadAhead, Subgraph, WalkPlan, check_page
 from graphrag_pipeline.lib.stores.sqlite_files import naming_damage
@@ -136,11 +137,8 @@ def _stored_id(prefix: str, identifier: str) -> str | bytes:
     a read's id list, so no regular expression: the digits must give back the same text (lower case, no spaces)."""
     start = len(prefix) + 1
     if len(identifier) == start + 32 and identifier.startswith(_HASHED_IDS[prefix]):
-        try:
-            digest = bytes.fromhex(identifier[start:])
-        except ValueError:
-            return identifier
-        if digest.hex() == identifier[start:]:
+        digest = hex_bytes(identifier[start:])
+        if digest is not None:
             return digest
     return identifier
 

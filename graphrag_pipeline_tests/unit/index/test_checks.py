@@ -98,8 +98,9 @@ def test_unpublished_writes_are_not_what_queries_see(index):
 
 def test_a_relationship_to_a_deleted_entity_fails(index):
     with sqlite3.connect(index / "graph.sqlite") as conn:  # damage below the store's API, as a crash could
-        (source_id,) = conn.execute("SELECT source_id FROM relationships ORDER BY relationship_id LIMIT 1").fetchone()
-        conn.execute("DELETE FROM entities WHERE entity_id = ?", (source_id,))
+        (stored_id,) = conn.execute("SELECT source_id FROM relationships ORDER BY relationship_id LIMIT 1").fetchone()
+        conn.execute("DELETE FROM entities WHERE entity_id = ?", (stored_id,))
+    source_id = f"ent-{stored_id.hex()}"  # the file keeps the pipeline's ids as their bytes
 
     outcomes = run_checks(index)
 
@@ -112,8 +113,9 @@ def test_an_entity_without_provenance_fails(index):
     with sqlite3.connect(index / "graph.sqlite") as conn:
         columns = [row[1] for row in conn.execute("PRAGMA table_info(entities)")]
         assert "doc_ids" in columns
-        (entity_id,) = conn.execute("SELECT entity_id FROM entities ORDER BY entity_id LIMIT 1").fetchone()
-        conn.execute("UPDATE entities SET doc_ids = '[]' WHERE entity_id = ?", (entity_id,))
+        (stored_id,) = conn.execute("SELECT entity_id FROM entities ORDER BY entity_id LIMIT 1").fetchone()
+        conn.execute("UPDATE entities SET doc_ids = '[]' WHERE entity_id = ?", (stored_id,))
+    entity_id = f"ent-{stored_id.hex()}"
 
     outcome = run_checks(index)["elements_have_provenance"]
 

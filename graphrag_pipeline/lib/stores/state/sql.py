@@ -40,7 +40,7 @@ UNSYNCED = "unsynced"
 # The version of the tables below. A change to them bumps it and adds the statements that bring an index of the
 # previous version up to it to each store's MIGRATIONS (SQLiteStateStore, PostgresStateStore), so an existing index is
 # migrated in place rather than rebuilt, and a pipeline older than the index it opens refuses it instead of writing rows in a layout it does not know.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 IN_BATCH = 900  # ids per "IN (...)" list: SQLite takes at most 999 parameters per statement
 # The tables whose ``payload`` column holds JSON written by the pipeline: stored zlib-compressed since version 2.
 # The tables whose payloads version 2 compressed (the last three live in ``payloads`` since version 5).
@@ -126,14 +126,14 @@ CREATE TABLE IF NOT EXISTS extractions (
 CREATE TABLE IF NOT EXISTS elements (          -- merged entities and relationships (element summaries)
     kind TEXT NOT NULL,         -- 'entity' | 'relationship'
     element_id TEXT NOT NULL,
-    content_hash TEXT NOT NULL,
+    content_hash TEXT NOT NULL, -- hex digests: SQLite keeps them as their bytes (`_stored_digest`)
     payload TEXT NOT NULL,
     PRIMARY KEY (kind, element_id)
-);
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS synced (            -- what the graph store holds, by content hash
     kind TEXT NOT NULL,
     element_id TEXT NOT NULL,
-    content_hash TEXT NOT NULL,
+    content_hash TEXT NOT NULL, -- as in elements, or UNSYNCED
     PRIMARY KEY (kind, element_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS quarantine (
@@ -186,6 +186,11 @@ _FOLDED_INTO_PAYLOADS = (
     ("community_summaries", COMMUNITY_SUMMARY_PAYLOADS, "community_id", "content_hash"),
     ("source_extractions", SOURCE_EXTRACTION_PAYLOADS, "doc_id", "''"),
 )
+
+
+def digest_text(stored: str | bytes) -> str:
+    """A digest as ``SQLStateStore._stored_digest`` kept it, as its text again (an index of any version)."""
+    return stored if isinstance(stored, str) else stored.hex()
 
 
 # Version 4's element hashes are the first 128 bits of version 3's: cut in place, they still match what was synced.
@@ -319,6 +324,11 @@ class SQLStateStore(abc.ABC):
 
     def schema_version(self) -> int:
         return self.query("SELECT COALESCE(MAX(version), 0) FROM schema_version")[0][0]
+
+    def _stored_digest(self, digest: str) -> Any:
+        """A hex digest (an element's content hash) as this database keeps it: as its text here; SQLite keeps the
+        bytes where they give the same text back. Read back through ``digest_text`` either way."""
+        return digest
 
     def _rows_with_ids(self, sql: str, ids: Iterable[str], *leading: Any) -> list[tuple]:
         """The rows of ``sql`` for every id of ``ids``: its ``{ids}`` becomes the placeholders of one batch of ids
@@ -739,9 +749,12 @@ class SQLStateStore(abc.ABC):
         if table not in ("elements", "synced"):
             raise ValueError(table)
         if element_ids is None:
-            return dict(self.query(f"SELECT element_id, content_hash FROM {table} WHERE kind = ?", (kind,)))
-        return dict(self._rows_with_ids(
-            f"SELECT element_id, content_hash FROM {table} WHERE kind = ? AND element_id IN ({{ids}})", element_ids, kind))
+            rows = self.query(f"SELECT element_id, content_hash FROM {table} WHERE kind = ?", (kind,))
+        else:
+            rows = self._rows_with_ids(
+                f"SELECT element_id, content_hash FROM {table} WHERE kind = ? AND element_id IN ({{ids}})", element_ids,
+                kind)
+        return {element_id: digest_text(digest) for element_id, digest in rows}
 
     def replace_elements(self, kind: str, upserts: dict[str, tuple[str, str]], removed: Sequence[str]) -> None:
         """upserts: element id -> (content hash, JSON payload). Elements written other than by a merge (an import)
@@ -750,11 +763,11 @@ class SQLStateStore(abc.ABC):
             conn.execute("DELETE FROM stage_marks WHERE stage = ?", ("element_summaries",))
             self._write_elements(conn, kind, upserts, removed)
 
-    @staticmethod
-    def _write_elements(conn: Any, kind: str, upserts: dict[str, tuple[str, str]], removed: Sequence[str]) -> None:
+    def _write_elements(self, conn: Any, kind: str, upserts: dict[str, tuple[str, str]], removed: Sequence[str]) -> None:
         conn.executemany("DELETE FROM elements WHERE kind = ? AND element_id = ?", [(kind, e) for e in removed])
         conn.executemany("INSERT OR REPLACE INTO elements VALUES (?, ?, ?, ?)",
-                         [(kind, eid, h, pack_payload(payload)) for eid, (h, payload) in upserts.items()])
+                         [(kind, eid, self._stored_digest(h), pack_payload(payload))
+                          for eid, (h, payload) in upserts.items()])
 
     def element_count(self, kind: str) -> int:
         return self.query("SELECT COUNT(*) FROM elements WHERE kind = ?", (kind,))[0][0]
@@ -770,7 +783,8 @@ class SQLStateStore(abc.ABC):
     def record_synced(self, kind: str, hashes: dict[str, str], removed: Sequence[str]) -> None:
         with self.transaction() as conn:
             conn.executemany("DELETE FROM synced WHERE kind = ? AND element_id = ?", [(kind, e) for e in removed])
-            conn.executemany("INSERT OR REPLACE INTO synced VALUES (?, ?, ?)", [(kind, e, h) for e, h in hashes.items()])
+            conn.executemany("INSERT OR REPLACE INTO synced VALUES (?, ?, ?)",
+                             [(kind, e, self._stored_digest(h)) for e, h in hashes.items()])
 
     # --- payloads: one JSON document per item of a namespace ------------------------------------------------------
 
