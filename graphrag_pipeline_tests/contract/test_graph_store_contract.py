@@ -9,6 +9,8 @@ only" line exercise the SQLite file itself.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import sqlite3
 import threading
@@ -752,27 +754,71 @@ def test_embedded_stores_a_shared_description_once_while_a_relationship_names_it
         assert _stored_descriptions(path) == []
 
 
+# Earlier versions' tables, every id as its text: what a file of version 3 held (version 2 had no titles, version 1
+# kept each relationship's description in its row).
+_VERSION_3_TABLES = """
+CREATE TABLE entities (entity_id TEXT PRIMARY KEY, name TEXT NOT NULL, canonical TEXT NOT NULL, type TEXT NOT NULL,
+    description TEXT NOT NULL, mention_count INTEGER NOT NULL, chunk_ids TEXT NOT NULL, doc_ids TEXT NOT NULL,
+    aliases TEXT NOT NULL, title TEXT NOT NULL DEFAULT '');
+CREATE TABLE relationships (relationship_id TEXT PRIMARY KEY, source_id TEXT NOT NULL, target_id TEXT NOT NULL,
+    type TEXT NOT NULL, description_id BLOB NOT NULL, weight REAL NOT NULL, chunk_ids TEXT NOT NULL,
+    doc_ids TEXT NOT NULL, predicates TEXT NOT NULL);
+CREATE INDEX relationships_by_ends ON relationships (source_id, target_id);
+CREATE INDEX relationships_by_target ON relationships (target_id);
+CREATE TABLE relationship_descriptions (description_id BLOB PRIMARY KEY, description TEXT NOT NULL) WITHOUT ROWID;
+CREATE INDEX relationships_by_description ON relationships (description_id);
+CREATE TRIGGER relationship_deleted AFTER DELETE ON relationships BEGIN
+    DELETE FROM relationship_descriptions WHERE description_id = OLD.description_id
+        AND NOT EXISTS (SELECT 1 FROM relationships WHERE description_id = OLD.description_id);
+END;
+CREATE TABLE mentions (chunk_id TEXT NOT NULL, entity_id TEXT NOT NULL, PRIMARY KEY (chunk_id, entity_id)) WITHOUT ROWID;
+CREATE INDEX mentions_by_entity ON mentions (entity_id, chunk_id);
+"""
+
+
+def _as_version(path: Path, version: int) -> None:
+    """Rewrite the store at ``path`` in the layout of ``version`` (1 to 3), with what the store answers."""
+    with EmbeddedGraphStore(path, read_only=True) as store:
+        entities = list(store.get_entities(store.all_entity_ids()).values())
+        relationships = list(store.get_relationships(store.all_relationship_ids()).values())
+        mentions = store.chunks_of_entities(store.all_entity_ids())
+    path.unlink()
+    with sqlite3.connect(path) as conn:
+        conn.executescript(_VERSION_3_TABLES)
+        conn.executemany("INSERT INTO entities VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
+            (e.entity_id, e.name, e.canonical, e.type, e.description, e.mention_count, json.dumps(e.chunk_ids),
+             json.dumps(e.doc_ids), json.dumps(e.aliases), e.title) for e in entities])
+        conn.executemany("INSERT OR IGNORE INTO relationship_descriptions VALUES (?, ?)",
+                         [(_description_key(r.description), r.description) for r in relationships])
+        conn.executemany("INSERT INTO relationships VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [
+            (r.relationship_id, r.source_id, r.target_id, r.type, _description_key(r.description), r.weight,
+             json.dumps(r.chunk_ids), json.dumps(r.doc_ids), json.dumps(r.predicates)) for r in relationships])
+        conn.executemany("INSERT INTO mentions VALUES (?, ?)",
+                         [(chunk, entity) for entity, chunks in mentions.items() for chunk in chunks])
+        if version <= 2:
+            conn.execute("ALTER TABLE entities DROP COLUMN title")
+        if version == 1:
+            conn.executescript("""
+                DROP TRIGGER relationship_deleted; DROP INDEX relationships_by_description;
+                ALTER TABLE relationships ADD COLUMN description TEXT NOT NULL DEFAULT '';
+                UPDATE relationships SET description = (SELECT description FROM relationship_descriptions d
+                    WHERE d.description_id = relationships.description_id);
+                ALTER TABLE relationships DROP COLUMN description_id;
+                DROP TABLE relationship_descriptions;
+            """)
+        conn.execute(f"PRAGMA user_version = {version}")
+
+
+def _description_key(description: str) -> bytes:
+    return hashlib.blake2b(description.encode(), digest_size=16).digest()
+
+
 def test_embedded_store_of_version_1_moves_its_descriptions_out_of_the_relationships(tmp_path: Path) -> None:
     path = tmp_path / "graph.sqlite"
     relationships = [rel("a", "b"), dataclasses.replace(rel("b", "c"), description="B and C, unlike A.")]
     with EmbeddedGraphStore(path) as store:
         build(store, relationships)
-    with sqlite3.connect(path) as conn:  # back to version 1's layout: each description in its relationship's row
-        conn.executescript("""
-            DROP TRIGGER relationship_deleted; DROP TRIGGER relationship_redescribed;
-            DROP INDEX relationships_by_description; DROP INDEX relationships_by_ends; DROP INDEX relationships_by_target;
-            ALTER TABLE relationships RENAME TO relationships_v2;
-            CREATE TABLE relationships (relationship_id TEXT PRIMARY KEY, source_id TEXT NOT NULL,
-                target_id TEXT NOT NULL, type TEXT NOT NULL, description TEXT NOT NULL, weight REAL NOT NULL,
-                chunk_ids TEXT NOT NULL, doc_ids TEXT NOT NULL, predicates TEXT NOT NULL);
-            CREATE INDEX relationships_by_ends ON relationships (source_id, target_id);
-            CREATE INDEX relationships_by_target ON relationships (target_id);
-            INSERT INTO relationships SELECT relationship_id, source_id, target_id, type, description, weight,
-                chunk_ids, doc_ids, predicates FROM relationships_v2 JOIN relationship_descriptions USING (description_id);
-            DROP TABLE relationships_v2; DROP TABLE relationship_descriptions;
-            ALTER TABLE entities DROP COLUMN title;
-            PRAGMA user_version = 1;
-        """)
+    _as_version(path, 1)
     by_id = {r.relationship_id: r for r in relationships}
     with EmbeddedGraphStore(path, read_only=True) as reader:  # a reader does not migrate: it reads version 1
         assert reader.get_relationships(by_id) == by_id
@@ -789,8 +835,7 @@ def test_embedded_store_of_version_2_gets_entity_titles(tmp_path: Path) -> None:
     untitled = entity("a")
     with EmbeddedGraphStore(path) as store:
         build(store, [rel("a", "b")])
-    with sqlite3.connect(path) as conn:  # back to version 2's layout: no title column
-        conn.executescript("ALTER TABLE entities DROP COLUMN title; PRAGMA user_version = 2;")
+    _as_version(path, 2)
     with EmbeddedGraphStore(path, read_only=True) as reader:  # a reader does not migrate: no titles before version 3
         assert reader.get_entities(["a"]) == {"a": untitled}
         with EmbeddedGraphStore(path) as store:  # the first writer adds the column, under the reader's feet
@@ -914,27 +959,21 @@ def test_embedded_store_answers_the_same_under_the_pipelines_ids_stored_as_bytes
     assert sorted(set(stored)) == [("blob", 16), ("text", len("legacy-e"))]
 
 
-def test_embedded_store_of_version_3_gets_its_ids_stored_as_bytes(tmp_path: Path) -> None:
+def test_embedded_store_of_version_3_gets_its_ids_stored_as_bytes_and_its_entities_keys(tmp_path: Path) -> None:
     path = tmp_path / "graph.sqlite"
     ids = _pipeline_ids(["a", "b", "c", "d", "legacy-e", "c1", "c2", "c3", "r1", "r2", "r3", "r4", "r5"])
     with EmbeddedGraphStore(path) as store:
         _build_sample(store, ids)
         expected = _what_the_store_answers(store, ids)
-    with sqlite3.connect(path) as conn:  # back to version 3's layout: every id as its text
-        conn.executescript("""
-            UPDATE entities SET entity_id = 'ent-' || lower(hex(entity_id)) WHERE typeof(entity_id) = 'blob';
-            UPDATE relationships SET relationship_id = 'rel-' || lower(hex(relationship_id)),
-                source_id = CASE typeof(source_id) WHEN 'blob' THEN 'ent-' || lower(hex(source_id)) ELSE source_id END,
-                target_id = CASE typeof(target_id) WHEN 'blob' THEN 'ent-' || lower(hex(target_id)) ELSE target_id END;
-            UPDATE mentions SET chunk_id = 'chunk-' || lower(hex(chunk_id)),
-                entity_id = CASE typeof(entity_id) WHEN 'blob' THEN 'ent-' || lower(hex(entity_id)) ELSE entity_id END;
-            PRAGMA user_version = 3;
-        """)
+    _as_version(path, 3)
+    with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT COUNT(*) FROM entities WHERE typeof(entity_id) = 'blob'").fetchone() == (0,)
     with EmbeddedGraphStore(path, read_only=True) as reader:  # a reader does not migrate: it reads version 3
         assert _what_the_store_answers(reader, ids) == expected
-        with EmbeddedGraphStore(path) as store:  # the first writer stores the ids as bytes, under the reader's feet
+        with EmbeddedGraphStore(path) as store:  # the first writer migrates, under the reader's feet
             assert _what_the_store_answers(store, ids) == expected
         assert _what_the_store_answers(reader, ids) == expected
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT COUNT(*) FROM entities WHERE typeof(entity_id) = 'blob'").fetchone() == (4,)
+        assert conn.execute("SELECT DISTINCT typeof(source_key), typeof(target_key) FROM relationships").fetchall() == [
+            ("integer", "integer")]

@@ -30,15 +30,18 @@ from graphrag_pipeline.lib.core.models import ChunkText, Entity, EntityNames, Re
 from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, ReadAhead, Subgraph, WalkPlan, check_page
 from graphrag_pipeline.lib.stores.sqlite_files import naming_damage
 
-SCHEMA_VERSION = 4  # 2: relationship descriptions stored once; 3: entity titles; 4: hashed ids as their 16 bytes
+SCHEMA_VERSION = 4  # 2: relationship descriptions stored once; 3: entity titles; 4: compact ids and entity keys
 
 # Only the indexes that interactive reads and cascading deletes need: each secondary index on random hash ids
 # roughly halves the bulk write rate, so listings sort on the fly instead.
 _SCHEMA = """
 -- Ids are the pipeline's own as their 16 bytes, any other as its text (see _stored_id): a TEXT column keeps a blob as
--- it is given.
+-- it is given. Relationships and mentions name an entity by its key, a small integer, not by its id: ids were most
+-- of their rows and all of their indexes (docs/benchmarks.md). Keys are never reused (AUTOINCREMENT), so a key left
+-- behind by damage names no other entity.
 CREATE TABLE IF NOT EXISTS entities (
-    entity_id TEXT PRIMARY KEY,
+    entity_key INTEGER PRIMARY KEY AUTOINCREMENT,
+    entity_id TEXT NOT NULL UNIQUE,
     name TEXT NOT NULL,
     canonical TEXT NOT NULL,
     type TEXT NOT NULL,
@@ -51,8 +54,8 @@ CREATE TABLE IF NOT EXISTS entities (
 );
 CREATE TABLE IF NOT EXISTS relationships (
     relationship_id TEXT PRIMARY KEY,
-    source_id TEXT NOT NULL,
-    target_id TEXT NOT NULL,
+    source_key INTEGER NOT NULL,
+    target_key INTEGER NOT NULL,
     type TEXT NOT NULL,
     description_id BLOB NOT NULL,   -- in relationship_descriptions
     weight REAL NOT NULL,
@@ -60,8 +63,8 @@ CREATE TABLE IF NOT EXISTS relationships (
     doc_ids TEXT NOT NULL,
     predicates TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS relationships_by_ends ON relationships (source_id, target_id);
-CREATE INDEX IF NOT EXISTS relationships_by_target ON relationships (target_id);
+CREATE INDEX IF NOT EXISTS relationships_by_ends ON relationships (source_key, target_key);
+CREATE INDEX IF NOT EXISTS relationships_by_target ON relationships (target_key);
 -- Each description once: a sentence relating several entities is the description of every pair of them, so most
 -- relationships share their description with others (the sizes are in docs/benchmarks.md).
 -- A description no relationship names any more goes with the last one that did, which its index finds.
@@ -80,38 +83,50 @@ CREATE TRIGGER IF NOT EXISTS relationship_redescribed AFTER UPDATE OF descriptio
 END;
 CREATE TABLE IF NOT EXISTS mentions (
     chunk_id TEXT NOT NULL,
-    entity_id TEXT NOT NULL,
-    PRIMARY KEY (chunk_id, entity_id)
+    entity_key INTEGER NOT NULL,
+    PRIMARY KEY (chunk_id, entity_key)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS mentions_by_entity ON mentions (entity_id, chunk_id);
+CREATE INDEX IF NOT EXISTS mentions_by_entity ON mentions (entity_key, chunk_id);
 """
 
-# Version 1 kept each relationship's description in its row.
-_FROM_VERSION_1 = f"""
-DROP INDEX relationships_by_ends;
-DROP INDEX relationships_by_target;
-ALTER TABLE relationships RENAME TO relationships_v1;
+
+def _rebuilt_from(version: int) -> str:
+    """The statements that bring a file of ``version`` (1 to 3, every id as its text) to the current layout: its
+    tables are renamed out of the way, the current ones made, the rows copied over with their ids as stored now and
+    their ends and mentions naming entities by key. Version 1 kept each relationship's description in its row, and
+    titles came with version 3."""
+    title = "title" if version >= 3 else "''"
+    description_id = "description_id(r.description)" if version == 1 else "r.description_id"
+    descriptions = ("INSERT OR IGNORE INTO relationship_descriptions SELECT description_id(description), description "
+                    "FROM old_relationships;\n" if version == 1 else "")
+    return f"""
+DROP TRIGGER IF EXISTS relationship_deleted;
+DROP TRIGGER IF EXISTS relationship_redescribed;
+DROP INDEX IF EXISTS relationships_by_ends;
+DROP INDEX IF EXISTS relationships_by_target;
+DROP INDEX IF EXISTS relationships_by_description;
+DROP INDEX IF EXISTS mentions_by_entity;
+ALTER TABLE entities RENAME TO old_entities;
+ALTER TABLE relationships RENAME TO old_relationships;
+ALTER TABLE mentions RENAME TO old_mentions;
 {_SCHEMA}
-INSERT OR IGNORE INTO relationship_descriptions SELECT description_id(description), description FROM relationships_v1;
-INSERT INTO relationships SELECT relationship_id, source_id, target_id, type, description_id(description), weight,
-    chunk_ids, doc_ids, predicates FROM relationships_v1;
-DROP TABLE relationships_v1;
+INSERT INTO entities (entity_id, name, canonical, type, description, mention_count, chunk_ids, doc_ids, aliases, title)
+    SELECT stored_id('ent', entity_id), name, canonical, type, description, mention_count, chunk_ids, doc_ids,
+        aliases, {title} FROM old_entities ORDER BY entity_id;
+{descriptions}INSERT INTO relationships SELECT stored_id('rel', r.relationship_id), s.entity_key, t.entity_key, r.type,
+    {description_id}, r.weight, r.chunk_ids, r.doc_ids, r.predicates FROM old_relationships r
+    JOIN entities s ON s.entity_id = stored_id('ent', r.source_id)
+    JOIN entities t ON t.entity_id = stored_id('ent', r.target_id);
+INSERT INTO mentions SELECT stored_id('chunk', m.chunk_id), e.entity_key FROM old_mentions m
+    JOIN entities e ON e.entity_id = stored_id('ent', m.entity_id);
+DROP TABLE old_entities;
+DROP TABLE old_relationships;
+DROP TABLE old_mentions;
 """
-_FROM_VERSION_2 = "ALTER TABLE entities ADD COLUMN title TEXT NOT NULL DEFAULT '';\n"
-# Version 3 stored every id as its text. Rewritten in place: the space the text took is reused by later writes.
-_FROM_VERSION_3 = """
-UPDATE entities SET entity_id = stored_id('ent', entity_id);
-UPDATE relationships SET relationship_id = stored_id('rel', relationship_id), source_id = stored_id('ent', source_id),
-    target_id = stored_id('ent', target_id);
-UPDATE mentions SET chunk_id = stored_id('chunk', chunk_id), entity_id = stored_id('ent', entity_id);
-"""
+
+
 # What a writer runs on a file of each older version to bring it to SCHEMA_VERSION.
-_MIGRATIONS = {
-    0: _SCHEMA,
-    1: _FROM_VERSION_1 + _FROM_VERSION_2 + _FROM_VERSION_3,
-    2: _FROM_VERSION_2 + _FROM_VERSION_3,
-    3: _FROM_VERSION_3,
-}
+_MIGRATIONS = {0: _SCHEMA, **{version: _rebuilt_from(version) for version in (1, 2, 3)}}
 
 
 def _statements(script: str) -> list[str]:
@@ -125,10 +140,9 @@ def _statements(script: str) -> list[str]:
     return statements
 
 
-# The ids the pipeline makes (a prefix, a dash and 32 hex digits) are stored as their 16 bytes from version 4: ids are
-# most of the graph's rows and all of its indexes, and bytes take a musique-100 build's file from 24.1 to 17.3 MB
-# (docs/benchmarks.md). Any other id (an import's, a test's) is stored as its text. A column holds one kind of id, so
-# its prefix is implied: "ent" for entities, "rel" for relationships, "chunk" for chunks.
+# The ids the pipeline makes (a prefix, a dash and 32 hex digits) are stored as their 16 bytes from version 4, and any
+# other id (an import's, a test's) as its text. A column holds one kind of id, so its prefix is implied: "ent" for
+# entities, "rel" for relationships, "chunk" for chunks.
 _HASHED_IDS = {prefix: f"{prefix}-" for prefix in ("ent", "rel", "chunk")}
 
 
@@ -149,39 +163,55 @@ def _id_of(prefix: str, stored: str | bytes) -> str:
     return stored if stored.__class__ is str else f"{prefix}-{stored.hex()}"
 
 
-def _id_text(prefix: str, column: str) -> str:
-    """SQL reading a column of ``prefix`` ids back as text, from a file of any version (SQLite's hex is upper case)."""
-    return f"CASE WHEN typeof({column}) = 'blob' THEN '{prefix}-' || lower(hex({column})) ELSE {column} END"
-
-
-# Id lists travel as one JSON array parameter, expanded by json_each: no bound-parameter limit, one statement. Reads
-# write ``{ent}``, ``{rel}`` or ``{chunk}`` for a list of such ids, and ``{values}`` for any other list (types).
-_ID_LISTS = {
-    keyed: {"values": "(SELECT value FROM json_each(?))",
-            **{prefix: (f"(SELECT stored_id('{prefix}', value) FROM json_each(?))" if keyed
-                        else "(SELECT value FROM json_each(?))") for prefix in _HASHED_IDS}}
-    for keyed in (False, True)
-}
-_IDS = _ID_LISTS[True]  # a writer's file is of the current version
-_ID_SEPARATOR = " "
-_ENTITY_ID = _id_text("ent", "entity_id")
-_CHUNK_ID = _id_text("chunk", "chunk_id")
-
-_ENTITY_COLUMNS = "entity_id, name, canonical, type, description, mention_count, chunk_ids, doc_ids, aliases, title"
-_STORED_RELATIONSHIP_COLUMNS = (
-    "relationship_id, source_id, target_id, type, description_id, weight, chunk_ids, doc_ids, predicates"
-)
-
-
 def _id_lists(columns: str) -> str:
     """The JSON arrays in ``columns`` as one array of arrays, so a row takes one JSON decode instead of three (the
     decoder's per-call cost was half the time of turning rows into records)."""
     return "'[' || " + " || ',' || ".join(columns.split(", ")) + " || ']'"
 
 
+def _layout(version: int) -> dict[str, str]:
+    """The SQL that reads write in braces, for a file of ``version`` (a reader does not migrate, and reads a file of an
+    older version as it is until a writer migrates it).
+
+    Id lists travel as one JSON array parameter, expanded by json_each (no bound-parameter limit, one statement):
+    ``{ent}``, ``{rel}`` and ``{chunk}`` are lists of such ids as the file stores them, ``{values}`` any other list,
+    ``{ent_keys}`` what relationships and mentions name the listed entities by. A relationship's rows are read from
+    ``{relationships}`` (aliased ``r``), its ends compared and read as ``{source}`` and ``{target}`` (keys from version 4:
+    see ``_ends_named``); ``{relationship_columns}`` is one whole relationship. Mentions are read from ``{mentions}``
+    (aliased ``m``), the entity's id as ``{mention_entity}`` and what ``{ent_keys}`` lists as
+    ``{mention_entity_key}``."""
+    keyed = version >= 4
+    lists = {prefix: (f"(SELECT stored_id('{prefix}', value) FROM json_each(?))" if keyed
+                      else "(SELECT value FROM json_each(?))") for prefix in _HASHED_IDS}
+    descriptions = "relationships r" if version == 1 else (
+        "relationships r JOIN relationship_descriptions USING (description_id)")
+    description = "r.description" if version == 1 else "relationship_descriptions.description"
+    source, target = ("r.source_key", "r.target_key") if keyed else ("r.source_id", "r.target_id")
+    return {
+        **lists,
+        "values": "(SELECT value FROM json_each(?))",
+        "ent_keys": f"(SELECT entity_key FROM entities WHERE entity_id IN {lists['ent']})" if keyed else lists["ent"],
+        "relationships": descriptions,
+        "source": source,
+        "target": target,
+        "relationship_columns": f"r.relationship_id, {source}, {target}, r.type, {description}, r.weight, "
+                                f"{_id_lists('r.chunk_ids, r.doc_ids, r.predicates')}",
+        "mentions": "mentions m JOIN entities e ON e.entity_key = m.entity_key" if keyed else "mentions m",
+        "mention_entity": "e.entity_id" if keyed else "m.entity_id",
+        "mention_entity_key": "m.entity_key" if keyed else "m.entity_id",
+    }
+
+
+_LAYOUTS = {version: _layout(version) for version in range(1, SCHEMA_VERSION + 1)}
+_CURRENT = _LAYOUTS[SCHEMA_VERSION]  # a writer's file is of the current version
+_ID_SEPARATOR = " "
+
+_ENTITY_COLUMNS = "entity_id, name, canonical, type, description, mention_count, chunk_ids, doc_ids, aliases, title"
+
+
 def _entity_selects(chunk_ids: str) -> dict[int, str]:
-    """What entity reads select, by the file's version (a reader does not migrate: before version 3, no titles);
-    ``chunk_ids``: the column, or ``'[]'`` for none."""
+    """What entity reads select, by the file's version (before version 3, no titles); ``chunk_ids``: the column, or
+    ``'[]'`` for none."""
     id_lists = _id_lists(f"{chunk_ids}, doc_ids, aliases")
     read = f"entity_id, name, canonical, type, description, mention_count, {id_lists}"
     return {1: f"{read}, '' AS title", 2: f"{read}, '' AS title", 3: f"{read}, title", SCHEMA_VERSION: f"{read}, title"}
@@ -189,14 +219,6 @@ def _entity_selects(chunk_ids: str) -> dict[int, str]:
 
 _ENTITY_SELECTS = _entity_selects("chunk_ids")
 _ENTITY_SELECTS_WITHOUT_CHUNK_IDS = _entity_selects("'[]'")
-_RELATIONSHIP_READ = (
-    f"relationship_id, source_id, target_id, type, description, weight, {_id_lists('chunk_ids, doc_ids, predicates')}"
-)
-# What relationship reads select from, by the file's version: a reader does not migrate, and reads a file of
-# version 1 as it is until its first writer moves the descriptions out.
-_JOINED_RELATIONSHIPS = "relationships JOIN relationship_descriptions USING (description_id)"
-_RELATIONSHIPS = {1: "relationships", 2: _JOINED_RELATIONSHIPS, 3: _JOINED_RELATIONSHIPS,
-                  SCHEMA_VERSION: _JOINED_RELATIONSHIPS}
 
 _UPSERT_ENTITY = f"""
 INSERT INTO entities ({_ENTITY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -206,10 +228,11 @@ ON CONFLICT (entity_id) DO UPDATE SET
     chunk_ids = excluded.chunk_ids, doc_ids = excluded.doc_ids, aliases = excluded.aliases, title = excluded.title
 """
 
-_UPSERT_RELATIONSHIP = f"""
-INSERT INTO relationships ({_STORED_RELATIONSHIP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+_UPSERT_RELATIONSHIP = """
+INSERT INTO relationships (relationship_id, source_key, target_key, type, description_id, weight, chunk_ids, doc_ids,
+    predicates) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (relationship_id) DO UPDATE SET
-    source_id = excluded.source_id, target_id = excluded.target_id, type = excluded.type,
+    source_key = excluded.source_key, target_key = excluded.target_key, type = excluded.type,
     description_id = excluded.description_id, weight = excluded.weight,
     chunk_ids = excluded.chunk_ids, doc_ids = excluded.doc_ids, predicates = excluded.predicates
 """
@@ -255,7 +278,8 @@ def _description_id(description: str) -> bytes:
     return hashlib.blake2b(description.encode(), digest_size=16).digest()
 
 
-def _relationship_row(relationship: Relationship) -> tuple[Any, ...]:
+def _relationship_row(relationship: Relationship, keys: Mapping[str, int]) -> tuple[Any, ...]:
+    """The stored row of ``relationship``, whose ends ``keys`` (entity id -> key) names."""
     if not relationship.relationship_id:
         raise ValueError(f"relationship without an id: {relationship.source_id} -> {relationship.target_id}")
     weight = float(relationship.weight)
@@ -263,8 +287,8 @@ def _relationship_row(relationship: Relationship) -> tuple[Any, ...]:
         raise ValueError(f"relationship {relationship.relationship_id} has weight {weight!r}; weights must be > 0")
     return (
         _stored_id("rel", relationship.relationship_id),
-        _stored_id("ent", relationship.source_id),
-        _stored_id("ent", relationship.target_id),
+        keys[relationship.source_id],
+        keys[relationship.target_id],
         relationship.type,
         _description_id(relationship.description),
         weight,
@@ -296,8 +320,8 @@ def _relationship_from_row(row: Sequence[Any]) -> Relationship:
     chunk_ids, doc_ids, predicates = orjson.loads(row[6])
     return Relationship(
         relationship_id=_id_of("rel", row[0]),
-        source_id=_id_of("ent", row[1]),
-        target_id=_id_of("ent", row[2]),
+        source_id=row[1],
+        target_id=row[2],
         type=row[3],
         description=row[4],
         weight=row[5],
@@ -408,7 +432,7 @@ class EmbeddedGraphStore:
     def _open_schema(self) -> None:
         version = self._conn.execute("PRAGMA user_version").fetchone()[0]
         if self.read_only:
-            if version not in _RELATIONSHIPS:
+            if version not in _LAYOUTS:
                 raise ValueError(f"{self.path} is not a graph store of schema version {SCHEMA_VERSION} (has {version})")
             return
         # WAL: readers in other processes never block the writer; NORMAL sync is durable across crashes in WAL mode.
@@ -470,16 +494,15 @@ class EmbeddedGraphStore:
                 self._conn.execute("COMMIT")
 
     @staticmethod
-    def _require_entities(conn: sqlite3.Connection, entity_ids: Iterable[str], what: str) -> None:
-        missing = [
-            row[0]
-            for row in conn.execute(
-                "SELECT value FROM json_each(?) WHERE stored_id('ent', value) NOT IN (SELECT entity_id FROM entities)",
-                (_ids_json(entity_ids),),
-            )
-        ]
+    def _entity_keys(conn: sqlite3.Connection, entity_ids: Iterable[str], what: str) -> dict[str, int]:
+        """Entity id -> key, of every id given; ``ValueError`` naming those not stored."""
+        wanted = list(dict.fromkeys(entity_ids))
+        keys = {_id_of("ent", stored): key for stored, key in conn.execute(
+            f"SELECT entity_id, entity_key FROM entities WHERE entity_id IN {_CURRENT['ent']}", (_ids_json(wanted),))}
+        missing = [entity_id for entity_id in wanted if entity_id not in keys]
         if missing:
             raise ValueError(f"{what} name {len(missing)} unknown entities (upsert them first): {missing[:5]}")
+        return keys
 
     # -- writes ---------------------------------------------------------------------------------------------------
 
@@ -491,26 +514,28 @@ class EmbeddedGraphStore:
 
     def upsert_relationships(self, relationships: Sequence[Relationship]) -> None:
         """Insert or replace relationships; both endpoints must already be stored (``ValueError`` otherwise)."""
-        rows = [_relationship_row(relationship) for relationship in relationships]
-        if rows:
-            descriptions = {_description_id(r.description): r.description for r in relationships}
-            with self._write() as conn:
-                self._require_entities(conn, [end for r in relationships for end in (r.source_id, r.target_id)],
-                                       "relationships")
-                conn.executemany("INSERT INTO relationship_descriptions VALUES (?, ?) ON CONFLICT DO NOTHING",
-                                 descriptions.items())
-                conn.executemany(_UPSERT_RELATIONSHIP, rows)
+        if not relationships:
+            return
+        descriptions = {_description_id(r.description): r.description for r in relationships}
+        with self._write() as conn:
+            keys = self._entity_keys(conn, (end for r in relationships for end in (r.source_id, r.target_id)),
+                                     "relationships")
+            rows = [_relationship_row(relationship, keys) for relationship in relationships]
+            conn.executemany("INSERT INTO relationship_descriptions VALUES (?, ?) ON CONFLICT DO NOTHING",
+                             descriptions.items())
+            conn.executemany(_UPSERT_RELATIONSHIP, rows)
 
     def set_chunk_mentions(self, mentions: dict[str, Sequence[str]]) -> None:
         """Replace the entities mentioned by each given chunk (an empty sequence clears the chunk)."""
         if not mentions:
             return
-        pairs = [(chunk_id, entity_id) for chunk_id, entity_ids in mentions.items() for entity_id in entity_ids]
         with self._write() as conn:
-            self._require_entities(conn, (pair[1] for pair in pairs), "chunk mentions")
-            conn.execute(f"DELETE FROM mentions WHERE chunk_id IN {_IDS['chunk']}", (_ids_json(mentions),))
-            conn.executemany("INSERT INTO mentions (chunk_id, entity_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
-                             [(_stored_id("chunk", chunk), _stored_id("ent", entity)) for chunk, entity in pairs])
+            keys = self._entity_keys(conn, (entity_id for ids in mentions.values() for entity_id in ids),
+                                     "chunk mentions")
+            conn.execute(f"DELETE FROM mentions WHERE chunk_id IN {_CURRENT['chunk']}", (_ids_json(mentions),))
+            conn.executemany("INSERT INTO mentions (chunk_id, entity_key) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                             [(_stored_id("chunk", chunk_id), keys[entity_id])
+                              for chunk_id, entity_ids in mentions.items() for entity_id in entity_ids])
 
     # Kept thin: chunk texts and documents are in the state, which queries and exploration read.
     keeps_chunk_texts = False
@@ -524,33 +549,33 @@ class EmbeddedGraphStore:
             return
         ids = _ids_json(entity_ids)
         with self._write() as conn:
-            conn.execute(f"DELETE FROM relationships WHERE source_id IN {_IDS['ent']} OR target_id IN {_IDS['ent']}",
-                         (ids, ids))
-            conn.execute(f"DELETE FROM mentions WHERE entity_id IN {_IDS['ent']}", (ids,))
-            conn.execute(f"DELETE FROM entities WHERE entity_id IN {_IDS['ent']}", (ids,))
+            keys = _CURRENT["ent_keys"]
+            conn.execute(f"DELETE FROM relationships WHERE source_key IN {keys} OR target_key IN {keys}", (ids, ids))
+            conn.execute(f"DELETE FROM mentions WHERE entity_key IN {keys}", (ids,))
+            conn.execute(f"DELETE FROM entities WHERE entity_id IN {_CURRENT['ent']}", (ids,))
 
     def delete_relationships(self, relationship_ids: Sequence[str]) -> None:
         if relationship_ids:
             with self._write() as conn:
-                sql = f"DELETE FROM relationships WHERE relationship_id IN {_IDS['rel']}"
+                sql = f"DELETE FROM relationships WHERE relationship_id IN {_CURRENT['rel']}"
                 conn.execute(sql, (_ids_json(relationship_ids),))
 
     def delete_chunks(self, chunk_ids: Sequence[str]) -> None:
         """Forget the chunks' mentions (entities keep their ``chunk_ids`` provenance until re-merged)."""
         if chunk_ids:
             with self._write() as conn:
-                conn.execute(f"DELETE FROM mentions WHERE chunk_id IN {_IDS['chunk']}", (_ids_json(chunk_ids),))
+                conn.execute(f"DELETE FROM mentions WHERE chunk_id IN {_CURRENT['chunk']}", (_ids_json(chunk_ids),))
 
     # -- point reads ----------------------------------------------------------------------------------------------
 
     def _query(self, sql: str, parameters: Sequence[Any] = (),
                compose: Callable[[int], dict[str, str]] = lambda version: {}) -> list[Any]:
-        """The rows of ``sql``, whose ``{ent}``, ``{rel}``, ``{chunk}`` and ``{values}`` are id lists as the file's
-        version stores them (``_ID_LISTS``) and whose other fields ``compose`` gives by that version; the version and
-        the rows read in one snapshot (a writer may migrate the file under a reader's feet)."""
+        """The rows of ``sql``, whose fields in braces are the file's version's (``_layout``) or what ``compose``
+        gives for that version; the version and the rows read in one snapshot (a writer may migrate the file under a
+        reader's feet)."""
         with self._read() as conn:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            statement = sql.format_map({**_ID_LISTS[version >= 4], **compose(version)})
+            statement = sql.format_map({**_LAYOUTS[version], **compose(version)})
             return conn.execute(statement, parameters).fetchall()
 
     def _entity_rows(self, clauses: str, parameters: Sequence[Any], selects: dict[int, str] = _ENTITY_SELECTS
@@ -560,10 +585,26 @@ class EmbeddedGraphStore:
                            lambda version: {"columns": selects[version]})
         return [_entity_from_row(row) for row in rows]
 
+    def _ends_named(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of ``sql`` (see ``_query``), whose second and third columns are a relationship's ends, with the
+        ends as the ids of the entities they name. From version 4 the ends are keys, read back to ids here rather
+        than by joining each end to its entity: a lookup per distinct entity instead of two per row (the 30k
+        relationships of 8,000 entities read in 0.63 s instead of 0.79–0.87 s). A row whose end names no stored entity
+        (damage below the store) is left out, as a join would."""
+        with self._read() as conn:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            rows = conn.execute(sql.format_map(_LAYOUTS[version]), parameters).fetchall()
+            if version < 4:
+                return [(row[0], _id_of("ent", row[1]), _id_of("ent", row[2]), *row[3:]) for row in rows]
+            keys = {key for row in rows for key in (row[1], row[2])}
+            ids = {key: _id_of("ent", stored) for key, stored in conn.execute(
+                "SELECT entity_key, entity_id FROM entities WHERE entity_key IN (SELECT value FROM json_each(?))",
+                (_encode_json(list(keys)),))}
+        return [(row[0], ids[row[1]], ids[row[2]], *row[3:]) for row in rows if row[1] in ids and row[2] in ids]
+
     def _relationship_rows(self, clauses: str, parameters: Sequence[Any]) -> list[Relationship]:
         """``SELECT`` of whole relationships, then ``clauses`` (see ``_query``)."""
-        rows = self._query(f"SELECT {_RELATIONSHIP_READ} FROM {{source}} {clauses}", parameters,
-                           lambda version: {"source": _RELATIONSHIPS[version]})
+        rows = self._ends_named("SELECT {relationship_columns} FROM {relationships} " + clauses, parameters)
         return [_relationship_from_row(row) for row in rows]
 
     def get_entities(self, entity_ids: Iterable[str]) -> dict[str, Entity]:
@@ -577,7 +618,7 @@ class EmbeddedGraphStore:
 
     def get_relationships(self, relationship_ids: Iterable[str]) -> dict[str, Relationship]:
         """The stored relationships among ``relationship_ids``; unknown ids are absent from the result."""
-        rows = self._relationship_rows("WHERE relationship_id IN {rel}", (_ids_json(relationship_ids),))
+        rows = self._relationship_rows("WHERE r.relationship_id IN {rel}", (_ids_json(relationship_ids),))
         return {relationship.relationship_id: relationship for relationship in rows}
 
     def relationships_of(
@@ -585,19 +626,17 @@ class EmbeddedGraphStore:
     ) -> dict[str, Relationship]:
         """Relationships of those types between one of ``entity_ids`` and another entity (see ``GraphStore``)."""
         ids = _ids_json(entity_ids)
-        clauses = "WHERE (source_id IN {ent} OR target_id IN {ent}) AND source_id != target_id"
+        clauses = "WHERE ({source} IN {ent_keys} OR {target} IN {ent_keys}) AND {source} != {target}"
         parameters = [ids, ids]
         if relationship_types is not None:
-            clauses += " AND type IN {values}"
+            clauses += " AND r.type IN {values}"
             parameters.append(_ids_json(relationship_types))
         return {relationship.relationship_id: relationship
                 for relationship in self._relationship_rows(clauses, parameters)}
 
-    def _grouped(self, key: tuple[str, str], value: tuple[str, str], keys: Iterable[str]) -> dict[str, list[str]]:
-        """key -> its values in mentions (sorted), for the keys given; ``key`` and ``value`` are (column, id prefix).
-        A row per (key, value), decoded here: SQLite's own hex() on each id took twice the time of the whole read."""
-        (key_column, key_prefix), (value_column, value_prefix) = key, value
-        sql = f"SELECT {key_column}, {value_column} FROM mentions WHERE {key_column} IN {{{key_prefix}}}"
+    def _grouped(self, sql: str, keys: Iterable[str], key_prefix: str, value_prefix: str) -> dict[str, list[str]]:
+        """key -> its values (sorted), from ``sql``'s (stored key, stored value) rows for the keys given. A row per
+        pair, decoded here: SQLite's own hex() on each id took twice the time of the whole read."""
         grouped: dict[str, list[str]] = {}
         for stored_key, stored_value in self._query(sql, (_ids_json(keys),)):
             grouped.setdefault(_id_of(key_prefix, stored_key), []).append(_id_of(value_prefix, stored_value))
@@ -607,7 +646,8 @@ class EmbeddedGraphStore:
 
     def entities_of_chunks(self, chunk_ids: Iterable[str]) -> dict[str, list[str]]:
         """Chunk id → entity ids it mentions (sorted); chunks without mentions are absent."""
-        return self._grouped(("chunk_id", "chunk"), ("entity_id", "ent"), chunk_ids)
+        return self._grouped("SELECT m.chunk_id, {mention_entity} FROM {mentions} WHERE m.chunk_id IN {chunk}",
+                             chunk_ids, "chunk", "ent")
 
     def chunks_of_entities(self, entity_ids: Iterable[str]) -> dict[str, list[str]]:
         """Entity id → chunk ids mentioning it (sorted); entities without mentions are absent. A read-only store (a
@@ -615,23 +655,29 @@ class EmbeddedGraphStore:
         in-memory copy of the mentions, read again when another connection has committed since; a writer, whose own
         writes would keep invalidating it, asks SQLite."""
         if not self.read_only:
-            return self._grouped(("entity_id", "ent"), ("chunk_id", "chunk"), entity_ids)
+            return self._grouped(
+                "SELECT {mention_entity}, m.chunk_id FROM {mentions} WHERE {mention_entity_key} IN {ent_keys}",
+                entity_ids, "ent", "chunk")
         with self._lock, naming_damage(self.path):
             version = self._conn.execute("PRAGMA data_version").fetchone()[0]
             if self._chunks_by_entity is None or version != self._chunks_by_entity_version:
                 # One string per entity: 1.3M mentions (100k chunks) take about a second to read and 55 MB of text,
-                # where numbering every chunk id took three times both.
-                self._chunks_by_entity = dict(self._conn.execute(
-                    f"SELECT {_ENTITY_ID}, group_concat({_CHUNK_ID}, '{_ID_SEPARATOR}') FROM mentions "
-                    "GROUP BY entity_id"))
+                # where numbering every chunk id took three times both. The chunk ids are joined as SQLite reads them
+                # (hex digits, or text) and decoded by the first question that asks for the entity.
+                self._chunks_by_entity = {
+                    _id_of("ent", entity): joined for entity, joined in self._query(
+                        "SELECT {mention_entity}, group_concat(CASE WHEN typeof(m.chunk_id) = 'blob' "
+                        f"THEN hex(m.chunk_id) ELSE '-' || m.chunk_id END, '{_ID_SEPARATOR}') "
+                        "FROM {mentions} GROUP BY {mention_entity_key}")}
                 self._chunks_by_entity_version = version
             chunks_by_entity = self._chunks_by_entity
         found = {}
         for entity_id in entity_ids:
             joined = chunks_by_entity.get(entity_id)
             if joined is not None:
-                found[entity_id] = chunk_ids = joined.split(_ID_SEPARATOR)
-                chunk_ids.sort()  # read along mentions_by_entity, so in order already: one pass
+                found[entity_id] = chunk_ids = [chunk[1:] if chunk[0] == "-" else f"chunk-{chunk.lower()}"
+                                                for chunk in joined.split(_ID_SEPARATOR)]
+                chunk_ids.sort()
         return found
 
     def relationships_between(self, entity_ids: Iterable[str], limit: int = 50) -> list[Relationship]:
@@ -640,7 +686,8 @@ class EmbeddedGraphStore:
             raise ValueError(f"limit must be >= 0, got {limit}")
         ids = _ids_json(entity_ids)
         return self._relationship_rows(
-            "WHERE source_id IN {ent} AND target_id IN {ent} ORDER BY weight DESC, relationship_id LIMIT ?",
+            "WHERE {source} IN {ent_keys} AND {target} IN {ent_keys} ORDER BY r.weight DESC, r.relationship_id "
+            "LIMIT ?",
             (ids, ids, limit))
 
     def answer_subgraph(
@@ -683,32 +730,30 @@ class EmbeddedGraphStore:
         """A page of entities' names and mention counts, by entity id (a tenth of the time of whole entities); ids
         stored as text (not the pipeline's own) come before the pipeline's, as the file orders them."""
         check_page(offset, limit)
-        sql = (f"SELECT {_ENTITY_ID}, name, canonical, aliases, mention_count FROM entities "
+        sql = ("SELECT entity_id, name, canonical, aliases, mention_count FROM entities "
                "ORDER BY entity_id LIMIT ? OFFSET ?")
-        return [EntityNames(row[0], row[1], row[2], _load(row[3]), row[4]) for row in self._query(sql, (limit, offset))]
+        return [EntityNames(_id_of("ent", row[0]), row[1], row[2], _load(row[3]), row[4])
+                for row in self._query(sql, (limit, offset))]
 
     def list_relationships(self, offset: int = 0, limit: int = 50) -> list[Relationship]:
         """A page of relationships by weight desc, ties by relationship id."""
         check_page(offset, limit)
-        return self._relationship_rows("ORDER BY weight DESC, relationship_id LIMIT ? OFFSET ?", (limit, offset))
+        return self._relationship_rows("ORDER BY r.weight DESC, r.relationship_id LIMIT ? OFFSET ?", (limit, offset))
 
     def all_entity_ids(self) -> set[str]:
-        return {row[0] for row in self._query(f"SELECT {_ENTITY_ID} FROM entities")}
+        return {_id_of("ent", stored) for stored, in self._query("SELECT entity_id FROM entities")}
 
     def all_relationship_ids(self) -> set[str]:
-        return {row[0] for row in self._query(f"SELECT {_id_text('rel', 'relationship_id')} FROM relationships")}
+        return {_id_of("rel", stored) for stored, in self._query("SELECT relationship_id FROM relationships")}
 
     def weighted_edges(self) -> list[tuple[str, str, float]]:
         """Undirected (a, b, total weight) with a < b: parallel relationships summed, self-loops left out."""
-        sql = f"""
-            SELECT {_id_text('ent', 'MIN(source_id, target_id)')}, {_id_text('ent', 'MAX(source_id, target_id)')},
-                SUM(weight)
-            FROM relationships WHERE source_id != target_id
-            GROUP BY MIN(source_id, target_id), MAX(source_id, target_id)
+        sql = """
+            SELECT NULL, MIN({source}, {target}), MAX({source}, {target}), SUM(r.weight) FROM relationships r
+            WHERE {source} != {target} GROUP BY 2, 3
         """
-        # Ordered here: SQLite orders stored bytes after text, and an id stored as text (not the pipeline's own)
-        # must still come before the larger ids stored as bytes.
-        return sorted((min(a, b), max(a, b), float(weight)) for a, b, weight in self._query(sql))
+        # Ordered here, by id: the ends' keys say nothing of their ids' order.
+        return sorted((min(a, b), max(a, b), float(weight)) for _, a, b, weight in self._ends_named(sql))
 
     # -- neighbourhoods -------------------------------------------------------------------------------------------
 
@@ -720,12 +765,16 @@ class EmbeddedGraphStore:
                 return self._graph
             # The version is read before the snapshot: a commit in between only costs one extra rebuild later.
             with self._read() as conn:
-                entity_ids = [row[0] for row in conn.execute(f"SELECT {_ENTITY_ID} FROM entities ORDER BY entity_id")]
-                entity_ids.sort()  # in order already unless ids stored as text sit among ids stored as bytes
-                relationships = conn.execute(
-                    f"SELECT {_id_text('rel', 'relationship_id')}, {_id_text('ent', 'source_id')}, "
-                    f"{_id_text('ent', 'target_id')}, type, weight FROM relationships WHERE source_id != target_id"
-                ).fetchall()
+                layout_version = conn.execute("PRAGMA user_version").fetchone()[0]
+                ids = {key: _id_of("ent", stored) for key, stored in conn.execute(
+                    "SELECT entity_key, entity_id FROM entities" if layout_version >= 4
+                    else "SELECT entity_id, entity_id FROM entities")}
+                rows = conn.execute("SELECT r.relationship_id, {source}, {target}, r.type, r.weight FROM relationships r "
+                                    "WHERE {source} != {target}".format_map(_LAYOUTS[layout_version])).fetchall()
+            entity_ids = sorted(ids.values())
+            relationships = [(_id_of("rel", relationship_id), ids[source], ids[target], type_name, weight)
+                             for relationship_id, source, target, type_name, weight in rows
+                             if source in ids and target in ids]
             self._graph, self._graph_version = _Adjacency(entity_ids, relationships), version
             return self._graph
 

@@ -98,7 +98,8 @@ def test_unpublished_writes_are_not_what_queries_see(index):
 
 def test_a_relationship_to_a_deleted_entity_fails(index):
     with sqlite3.connect(index / "graph.sqlite") as conn:  # damage below the store's API, as a crash could
-        (stored_id,) = conn.execute("SELECT source_id FROM relationships ORDER BY relationship_id LIMIT 1").fetchone()
+        (stored_id,) = conn.execute("SELECT e.entity_id FROM relationships r JOIN entities e ON e.entity_key = r.source_key "
+                                    "ORDER BY r.relationship_id LIMIT 1").fetchone()
         conn.execute("DELETE FROM entities WHERE entity_id = ?", (stored_id,))
     source_id = f"ent-{stored_id.hex()}"  # the file keeps the pipeline's ids as their bytes
 
