@@ -316,7 +316,7 @@ def _entity_from_row(row: Sequence[Any]) -> Entity:
 
 
 def _relationship_from_row(row: Sequence[Any]) -> Relationship:
-    """A relationship from a row of ``_RELATIONSHIP_READ``."""
+    """A relationship from a row of ``relationship_columns`` whose ends ``_ends_named`` has named."""
     chunk_ids, doc_ids, predicates = orjson.loads(row[6])
     return Relationship(
         relationship_id=_id_of("rel", row[0]),
