@@ -17,7 +17,7 @@ import hashlib
 import math
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -179,7 +179,8 @@ def _layout(version: int) -> dict[str, str]:
     ``{relationships}`` (aliased ``r``), its ends compared and read as ``{source}`` and ``{target}`` (keys from version 4:
     see ``_ends_named``); ``{relationship_columns}`` is one whole relationship. Mentions are read from ``{mentions}``
     (aliased ``m``), the entity's id as ``{mention_entity}`` and what ``{ent_keys}`` lists as
-    ``{mention_entity_key}``."""
+    ``{mention_entity_key}``. ``{entity_columns}`` is one whole entity, ``{entity_columns_without_chunk_ids}`` one
+    without its chunk ids (``'[]'``); titles came with version 3."""
     keyed = version >= 4
     lists = {prefix: (f"(SELECT stored_id('{prefix}', value) FROM json_each(?))" if keyed
                       else "(SELECT value FROM json_each(?))") for prefix in _HASHED_IDS}
@@ -187,6 +188,12 @@ def _layout(version: int) -> dict[str, str]:
         "relationships r JOIN relationship_descriptions USING (description_id)")
     description = "r.description" if version == 1 else "relationship_descriptions.description"
     source, target = ("r.source_key", "r.target_key") if keyed else ("r.source_id", "r.target_id")
+    title = "title" if version >= 3 else "'' AS title"
+
+    def entity_columns(chunk_ids: str) -> str:
+        return (f"entity_id, name, canonical, type, description, mention_count, "
+                f"{_id_lists(f'{chunk_ids}, doc_ids, aliases')}, {title}")
+
     return {
         **lists,
         "values": "(SELECT value FROM json_each(?))",
@@ -199,6 +206,8 @@ def _layout(version: int) -> dict[str, str]:
         "mentions": "mentions m JOIN entities e ON e.entity_key = m.entity_key" if keyed else "mentions m",
         "mention_entity": "e.entity_id" if keyed else "m.entity_id",
         "mention_entity_key": "m.entity_key" if keyed else "m.entity_id",
+        "entity_columns": entity_columns("chunk_ids"),
+        "entity_columns_without_chunk_ids": entity_columns("'[]'"),
     }
 
 
@@ -208,17 +217,6 @@ _ID_SEPARATOR = " "
 
 _ENTITY_COLUMNS = "entity_id, name, canonical, type, description, mention_count, chunk_ids, doc_ids, aliases, title"
 
-
-def _entity_selects(chunk_ids: str) -> dict[int, str]:
-    """What entity reads select, by the file's version (before version 3, no titles); ``chunk_ids``: the column, or
-    ``'[]'`` for none."""
-    id_lists = _id_lists(f"{chunk_ids}, doc_ids, aliases")
-    read = f"entity_id, name, canonical, type, description, mention_count, {id_lists}"
-    return {1: f"{read}, '' AS title", 2: f"{read}, '' AS title", 3: f"{read}, title", SCHEMA_VERSION: f"{read}, title"}
-
-
-_ENTITY_SELECTS = _entity_selects("chunk_ids")
-_ENTITY_SELECTS_WITHOUT_CHUNK_IDS = _entity_selects("'[]'")
 
 _UPSERT_ENTITY = f"""
 INSERT INTO entities ({_ENTITY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -299,7 +297,7 @@ def _relationship_row(relationship: Relationship, keys: Mapping[str, int]) -> tu
 
 
 def _entity_from_row(row: Sequence[Any]) -> Entity:
-    """An entity from a row of ``_ENTITY_SELECTS``."""
+    """An entity from a row of ``entity_columns``."""
     chunk_ids, doc_ids, aliases = orjson.loads(row[6])
     return Entity(
         entity_id=_id_of("ent", row[0]),
@@ -568,21 +566,16 @@ class EmbeddedGraphStore:
 
     # -- point reads ----------------------------------------------------------------------------------------------
 
-    def _query(self, sql: str, parameters: Sequence[Any] = (),
-               compose: Callable[[int], dict[str, str]] = lambda version: {}) -> list[Any]:
-        """The rows of ``sql``, whose fields in braces are the file's version's (``_layout``) or what ``compose``
-        gives for that version; the version and the rows read in one snapshot (a writer may migrate the file under a
-        reader's feet)."""
+    def _query(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
+        """The rows of ``sql``, whose fields in braces are the file's version's (``_layout``); the version and the rows
+        read in one snapshot (a writer may migrate the file under a reader's feet)."""
         with self._read() as conn:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            statement = sql.format_map({**_LAYOUTS[version], **compose(version)})
-            return conn.execute(statement, parameters).fetchall()
+            return conn.execute(sql.format_map(_LAYOUTS[version]), parameters).fetchall()
 
-    def _entity_rows(self, clauses: str, parameters: Sequence[Any], selects: dict[int, str] = _ENTITY_SELECTS
-                     ) -> list[Entity]:
-        """``SELECT`` of whole entities (``selects``), then ``clauses`` (see ``_query``)."""
-        rows = self._query("SELECT {columns} FROM entities " + clauses, parameters,
-                           lambda version: {"columns": selects[version]})
+    def _entity_rows(self, clauses: str, parameters: Sequence[Any], columns: str = "entity_columns") -> list[Entity]:
+        """``SELECT`` of whole entities (the layout's ``columns``), then ``clauses`` (see ``_query``)."""
+        rows = self._query(f"SELECT {{{columns}}} FROM entities {clauses}", parameters)
         return [_entity_from_row(row) for row in rows]
 
     def _ends_named(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -698,7 +691,7 @@ class EmbeddedGraphStore:
         among = set(mentioned_among)
         wanted = set(entity_ids) | {entity_id for mentioned in self.entities_of_chunks(chunk_ids).values()
                                     for entity_id in mentioned if entity_id in among}
-        rows = self._entity_rows("WHERE entity_id IN {ent}", (_ids_json(wanted),), _ENTITY_SELECTS_WITHOUT_CHUNK_IDS)
+        rows = self._entity_rows("WHERE entity_id IN {ent}", (_ids_json(wanted),), "entity_columns_without_chunk_ids")
         return Subgraph({entity.entity_id: entity for entity in rows}, self.relationships_between(wanted, limit))
 
     # -- listings -------------------------------------------------------------------------------------------------
