@@ -539,6 +539,35 @@ def test_corpus_wide_work_takes_turns_between_writers_of_one_postgres_index(post
         assert inside.is_set() and events == ["first left", "second entered"]
 
 
+def test_a_writer_opening_a_current_postgres_index_takes_no_table_lock(postgres_server) -> None:
+    """Shard runs open their store while other runs are mid-transaction. Re-running the schema's DDL on an index
+    that already has it would still lock each table (CREATE INDEX IF NOT EXISTS locks before it checks), which
+    waits on those transactions and deadlocked two concurrent shard runs: a current index is opened without DDL.
+    The other run here holds a write to every table; the opener gives up on any lock after a second."""
+    import psycopg2
+
+    server = postgres_server
+    with throwaway_database(server) as database:
+        url = f"postgresql://{server.user}:{server.password}@{server.host}:{server.port}/{database}"
+        PostgresStateStore(url).close()
+        other_run = psycopg2.connect(url)
+        try:
+            with other_run.cursor() as cursor:
+                cursor.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+                tables = [row[0] for row in cursor.fetchall()]
+                for table in tables:  # a lock mode every index build (SHARE) waits for
+                    cursor.execute(f"LOCK TABLE {table} IN ROW EXCLUSIVE MODE")
+            opener = PostgresStateStore(f"{url}?options=-c%20lock_timeout%3D1000")
+            try:
+                assert opener.schema_version() == SCHEMA_VERSION
+            finally:
+                opener.close()
+        finally:
+            other_run.rollback()
+            other_run.close()
+        assert len(tables) >= 10
+
+
 def _open_when_all_are_ready(url: str, ready: Any) -> int:
     ready.wait()
     store = PostgresStateStore(url)

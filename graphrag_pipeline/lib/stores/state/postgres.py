@@ -21,6 +21,7 @@ import psycopg2
 
 from graphrag_pipeline.lib.stores.state.sql import (
     PAYLOAD_TABLES,
+    SCHEMA_VERSION,
     SHORTER_ELEMENT_HASHES,
     IndexBusyError,
     SQLStateStore,
@@ -107,14 +108,24 @@ class PostgresStateStore(SQLStateStore):
         self._lock = None
         if not read_only:
             try:
-                # CREATE TABLE IF NOT EXISTS is not safe against a concurrent session creating the same table
-                # (both pass the check, one fails on pg_type): the writers of a first build create them in turn.
-                with self.exclusive("state schema"):
-                    self._connection().execute(schema("postgresql"))
-                    self._migrate()
+                # The DDL is idempotent but not free: CREATE INDEX IF NOT EXISTS locks its table before it looks,
+                # so it waits on (and can deadlock with) other runs' open transactions. A current index needs none.
+                if not self._schema_is_current():
+                    # CREATE TABLE IF NOT EXISTS is not safe against a concurrent session creating the same table
+                    # (both pass the check, one fails on pg_type): the writers of a first build create them in turn.
+                    with self.exclusive("state schema"):
+                        self._connection().execute(schema("postgresql"))
+                        self._migrate()
             except BaseException:
                 self.close()
                 raise
+
+    def _schema_is_current(self) -> bool:
+        """Whether every table and migration of SCHEMA_VERSION is here: the DDL and the migrations each commit
+        whole, and the last migration's row is written with it."""
+        if not self.query("SELECT to_regclass('schema_version') IS NOT NULL")[0][0]:
+            return False
+        return self.schema_version() == SCHEMA_VERSION
 
     def _connection(self) -> _PostgresConnection:
         conn = getattr(self._local, "conn", None)
