@@ -20,8 +20,16 @@ import pytest
 
 from graphrag_pipeline.lib.compose import backends
 from graphrag_pipeline.lib.core.config import ENVIRONMENT_OVERRIDES, load_settings
-from graphrag_pipeline.lib.core.ids import content_hash, short_hash
-from graphrag_pipeline.lib.core.models import Chunk, ChunkExtraction, Document, EntityMention, Quarantined
+from graphrag_pipeline.lib.algorithms.merge import element_payload, entity_from_payload
+from graphrag_pipeline.lib.core.ids import content_hash, entity_id, short_hash
+from graphrag_pipeline.lib.core.models import (
+    Chunk,
+    ChunkExtraction,
+    Document,
+    Entity,
+    EntityMention,
+    Quarantined,
+)
 from graphrag_pipeline.lib.stores.state.postgres import PostgresStateStore
 from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.lib.stores.state.sql import (
@@ -250,6 +258,59 @@ def test_elements_of_a_version_6_index_move_into_a_key_only_table_with_their_has
     assert store.element_hashes("entity", table="synced") == {"e1": entity_hash, "e2": UNSYNCED}
     assert store.element_payloads("entity") == {"e1": {"name": "Lake Kivu"}}
     store.close()
+
+
+def _merged_entity(key: str, parts: list[tuple[str, tuple[str, ...]]], description: str | None = None) -> Entity:
+    texts = "\n".join(text for text, _ in parts)
+    return Entity(entity_id(key), key.title(), key, "Thing", texts if description is None else description, 1,
+                  ("chunk-1",), tuple(sorted({d for _, docs in parts for d in docs})),
+                  description_parts=tuple(parts))
+
+
+def test_the_texts_elements_share_are_kept_once_and_go_with_the_last_element_naming_them(state: StateStore) -> None:
+    """A sentence naming several entities describes each of them: the state keeps it once and reads every payload
+    back as the merge wrote it (its content hash is of that JSON), a model's summary beside its parts too."""
+    shared = ("Lake Kivu lies between Rwanda and the Congo.", ("doc-a", "doc-b"))
+    rwanda = _merged_entity("rwanda", [shared, ("Rwanda is in East Africa.", ("doc-a",))])
+    congo = _merged_entity("congo", [shared], description="A model's summary of the Congo.")
+    kivu = _merged_entity("lake kivu", [shared])
+    written = {e.entity_id: element_payload(e) for e in (rwanda, congo, kivu)}
+    state.replace_elements("entity", written, [])
+
+    def texts() -> set[str]:
+        return {text for (text,) in state.query("SELECT text FROM element_texts")}
+
+    assert texts() == {shared[0], "Rwanda is in East Africa."}
+    assert state.element_payloads("entity") == {eid: json.loads(p) for eid, (_, p) in written.items()}
+    assert {eid: entity_from_payload(p) for eid, p in state.element_payloads("entity").items()} == {
+        e.entity_id: e for e in (rwanda, congo, kivu)}
+
+    renamed = dataclasses.replace(rwanda, description_parts=(shared,), description=shared[0])
+    state.replace_elements("entity", {rwanda.entity_id: element_payload(renamed)}, [kivu.entity_id])
+    assert texts() == {shared[0]}
+    state.record_merge({"entity": ({}, [rwanda.entity_id])}, {}, [], "m", every_extraction=False)
+    assert texts() == {shared[0]}
+    state.replace_elements("entity", {}, [congo.entity_id])
+    assert texts() == set() and state.element_payloads("entity") == {}
+
+
+def test_payloads_written_before_version_8_are_read_with_their_texts_and_rewritten_without(
+        state: StateStore) -> None:
+    """Version 8 leaves the stored payloads as they are: one that holds its texts reads as before, and rewriting an
+    element that names a text it shares with such a payload counts only its own."""
+    shared = ("Lake Kivu lies between Rwanda and the Congo.", ("doc-a",))
+    rwanda, congo = _merged_entity("rwanda", [shared]), _merged_entity("congo", [shared])
+    before_version_8 = element_payload(rwanda)
+    with state.transaction() as conn:
+        conn.execute("INSERT INTO elements VALUES (?, ?, ?, ?)",
+                     ("entity", rwanda.entity_id, before_version_8[0], pack_payload(before_version_8[1])))
+    state.replace_elements("entity", {congo.entity_id: element_payload(congo)}, [])
+    assert state.element_payloads("entity") == {rwanda.entity_id: json.loads(before_version_8[1]),
+                                                congo.entity_id: json.loads(element_payload(congo)[1])}
+    assert state.query("SELECT refs FROM element_texts") == [(1,)]
+    state.replace_elements("entity", {rwanda.entity_id: before_version_8}, [congo.entity_id])
+    assert state.query("SELECT refs FROM element_texts") == [(1,)]
+    assert state.element_payloads("entity") == {rwanda.entity_id: json.loads(before_version_8[1])}
 
 
 def test_index_of_a_newer_schema_is_refused(open_state: OpenState) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -34,7 +35,6 @@ from graphrag_pipeline.lib.stores.state.sql import (
     COMMUNITY_PAYLOADS,
     COMMUNITY_SUMMARY_PAYLOADS,
     access_groups_of,
-    digest_text,
     extraction_from_json,
     unpack_payload,
 )
@@ -140,17 +140,16 @@ def _element_rows(state: StateStore, kind: str, columns: tuple[str, ...]) -> lis
     readers (pandas, duckdb); a relationship also names its ends (``source``, ``target``) beside their ids, which
     join ``entities.element_id``."""
     rows = []
-    for element_id, digest, payload in state.query(
-        "SELECT element_id, content_hash, payload FROM elements WHERE kind = ? ORDER BY element_id", (kind,)
-    ):
-        payload = unpack_payload(payload)
-        data = json.loads(payload)
-        row: dict[str, Any] = {"element_id": element_id, "content_hash": digest_text(digest), "payload": payload}
+    digests, payloads = state.element_hashes(kind), state.element_payloads(kind)
+    for element_id in sorted(payloads):
+        data = payloads[element_id]
+        # The JSON the merge wrote (its keys sorted, `element_payload`), which its content hash is of.
+        payload = orjson.dumps(data, option=orjson.OPT_SORT_KEYS).decode()
+        row: dict[str, Any] = {"element_id": element_id, "content_hash": digests[element_id], "payload": payload}
         row.update((column, _typed(column, data.get(column))) for column in columns)
         rows.append(row)
     if kind == "relationship":
-        names = dict(state.query("SELECT element_id, payload FROM elements WHERE kind = 'entity'"))
-        names = {eid: json.loads(unpack_payload(p)).get("name") for eid, p in names.items()}
+        names = {eid: data.get("name") for eid, data in state.element_payloads("entity").items()}
         for row in rows:
             row["source"], row["target"] = names.get(row["source_id"]), names.get(row["target_id"])
     return rows

@@ -95,10 +95,10 @@ class PostgresStateStore(SQLStateStore):
     # as its UTF-8 bytes (unpack_payload reads both). Version 4 changes how payloads are compressed, and of
     # the tables here only the length of elements' hashes. Version 5 folds three payload tables into one. Version 6
     # changes only how payloads are written, and version 7 only how SQLite keeps hashes (SQLiteStateStore.MIGRATIONS):
-    # a PostgreSQL TEXT column keeps text.
+    # a PostgreSQL TEXT column keeps text. Version 8's table of description texts is created by the schema.
     MIGRATIONS = {2: "; ".join(f"ALTER TABLE IF EXISTS {table} ALTER COLUMN payload TYPE BYTEA "
                                "USING convert_to(payload, 'UTF8')" for table in PAYLOAD_TABLES),
-                  3: "", 4: SHORTER_ELEMENT_HASHES, 5: fold_into_payloads("BYTEA"), 6: "", 7: ""}
+                  3: "", 4: SHORTER_ELEMENT_HASHES, 5: fold_into_payloads("BYTEA"), 6: "", 7: "", 8: ""}
 
     def __init__(self, url: str, *, read_only: bool = False):
         self.url = url

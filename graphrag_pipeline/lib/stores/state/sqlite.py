@@ -91,6 +91,8 @@ class SQLiteStateStore(SQLStateStore):
     # read; the payloads already stored keep version 4's, which their streams name. Version 7 keeps the merged
     # elements in their key's tree alone too (WITHOUT ROWID: a table and an index of the same key took 2.6 MB more
     # on musique-100), and the elements' and the graph sync's content hashes as their 16 bytes, not 32 hex digits.
+    # Version 8 keeps the texts of the elements' description parts once each, in element_texts, which the schema
+    # above creates; the payloads already stored hold theirs and are read as they are.
     MIGRATIONS: dict[int, str] = {2: "", 3: "", 4: "; ".join(
         [SHORTER_ELEMENT_HASHES]
         + [f"ALTER TABLE {table} RENAME TO {table}_v3; {_table_definition(table)}; "
@@ -99,7 +101,8 @@ class SQLiteStateStore(SQLStateStore):
         5: fold_into_payloads("BLOB"), 6: "",
         7: f"ALTER TABLE elements RENAME TO elements_v6; {_table_definition('elements')}; "
            "INSERT INTO elements SELECT kind, element_id, stored_digest(content_hash), payload FROM elements_v6; "
-           "DROP TABLE elements_v6; UPDATE synced SET content_hash = stored_digest(content_hash)"}
+           "DROP TABLE elements_v6; UPDATE synced SET content_hash = stored_digest(content_hash)",
+        8: ""}
 
     def exists(self) -> bool:
         """Whether a build has created this index's state (a read-only store of a missing file creates none); a file
