@@ -313,6 +313,41 @@ def test_payloads_written_before_version_8_are_read_with_their_texts_and_rewritt
     assert state.element_payloads("entity") == {rwanda.entity_id: json.loads(before_version_8[1])}
 
 
+def test_element_ids_of_a_version_7_index_are_kept_as_their_bytes(tmp_path: Path) -> None:
+    """SQLite: version 8 keeps the pipeline's ids in elements and synced as the 16 bytes after their kind's prefix
+    (a chunk's for the sync's mentions); any other id stays text, and each reads back as it was written."""
+    kivu = _merged_entity("lake kivu", [("Lake Kivu lies in Rwanda.", ("doc-a",))])
+    relationship = "rel-" + short_hash("r1")
+    store = SQLiteStateStore(tmp_path / "state.sqlite")
+    store.replace_elements("entity", {kivu.entity_id: element_payload(kivu), "e2": ("h2", '{"name": "two"}')}, [])
+    store.replace_elements("relationship", {relationship: (short_hash("r"), '{"weight": 1.0}')}, [])
+    store.record_synced("mentions", {"chunk-" + short_hash("c1"): short_hash("m")}, [])
+    written = {kind: (store.element_hashes(kind), store.element_payloads(kind)) for kind in ("entity", "relationship")}
+    with store.transaction() as conn:  # back to version 7's layout: every id as its text
+        for table in ("elements", "synced"):
+            for kind, prefix in (("entity", "ent-"), ("relationship", "rel-"), ("mentions", "chunk-")):
+                conn.execute(f"UPDATE {table} SET element_id = ? || lower(hex(element_id)) "
+                             "WHERE kind = ? AND typeof(element_id) = 'blob'", (prefix, kind))
+        conn.execute("DELETE FROM schema_version WHERE version >= 8")
+    assert store.query("SELECT DISTINCT typeof(element_id) FROM elements UNION SELECT typeof(element_id) FROM synced"
+                       ) == [("text",)]
+    store.close()
+
+    store = SQLiteStateStore(tmp_path / "state.sqlite")
+    assert store.query("SELECT version FROM schema_version ORDER BY version") == EVERY_VERSION
+    assert store.query("SELECT kind, typeof(element_id), length(element_id) FROM elements UNION "
+                       "SELECT kind, typeof(element_id), length(element_id) FROM synced ORDER BY 1, 2") == [
+        ("entity", "blob", 16), ("entity", "text", 2), ("mentions", "blob", 16), ("relationship", "blob", 16)]
+    assert {kind: (store.element_hashes(kind), store.element_payloads(kind))
+            for kind in ("entity", "relationship")} == written
+    assert store.element_hashes("mentions", table="synced") == {"chunk-" + short_hash("c1"): short_hash("m")}
+    assert store.element_payloads("entity", [kivu.entity_id, "e2", "ent-missing"]) == written["entity"][1]
+    store.replace_elements("entity", {}, [kivu.entity_id])
+    store.record_synced("mentions", {}, ["chunk-" + short_hash("c1")])
+    assert store.element_hashes("entity") == {"e2": "h2"} and store.element_hashes("mentions", table="synced") == {}
+    store.close()
+
+
 def test_index_of_a_newer_schema_is_refused(open_state: OpenState) -> None:
     store = open_state()
     store.cache_embeddings("m", {"h": np.ones(2, dtype=np.float32)})  # some content, to see it is left alone

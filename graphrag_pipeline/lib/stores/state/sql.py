@@ -194,6 +194,16 @@ _FOLDED_INTO_PAYLOADS = (
 )
 
 
+# The prefix of the ids the pipeline makes for the rows of each kind in ``elements`` and ``synced`` (the graph sync's
+# "mentions" are a chunk's), which SQLite keeps as the bytes after it (a 16-byte hash) since version 8.
+ELEMENT_ID_PREFIXES = {"entity": "ent-", "relationship": "rel-", "mentions": "chunk-"}
+
+
+def element_id_text(kind: str, stored: str | bytes) -> str:
+    """An id as ``SQLStateStore._stored_element_id`` kept it, as its text again (an index of any version)."""
+    return stored if isinstance(stored, str) else ELEMENT_ID_PREFIXES[kind] + stored.hex()
+
+
 def digest_text(stored: str | bytes) -> str:
     """A digest as ``SQLStateStore._stored_digest`` kept it, as its text again (an index of any version)."""
     return stored if isinstance(stored, str) else stored.hex()
@@ -383,7 +393,12 @@ class SQLStateStore(abc.ABC):
         bytes where they give the same text back. Read back through ``digest_text`` either way."""
         return digest
 
-    def _rows_with_ids(self, sql: str, ids: Iterable[str], *leading: Any) -> list[tuple]:
+    def _stored_element_id(self, kind: str, element_id: str) -> Any:
+        """An id of the elements' or the graph sync's rows of ``kind`` as this database keeps it: as its text here;
+        SQLite keeps the pipeline's own as their bytes. Read back through ``element_id_text`` either way."""
+        return element_id
+
+    def _rows_with_ids(self, sql: str, ids: Iterable[Any], *leading: Any) -> list[tuple]:
         """The rows of ``sql`` for every id of ``ids``: its ``{ids}`` becomes the placeholders of one batch of ids
         at a time (``IN_BATCH``); ``leading`` are the parameters before them."""
         id_list = list(ids)
@@ -805,9 +820,9 @@ class SQLStateStore(abc.ABC):
             rows = self.query(f"SELECT element_id, content_hash FROM {table} WHERE kind = ?", (kind,))
         else:
             rows = self._rows_with_ids(
-                f"SELECT element_id, content_hash FROM {table} WHERE kind = ? AND element_id IN ({{ids}})", element_ids,
-                kind)
-        return {element_id: digest_text(digest) for element_id, digest in rows}
+                f"SELECT element_id, content_hash FROM {table} WHERE kind = ? AND element_id IN ({{ids}})",
+                [self._stored_element_id(kind, e) for e in element_ids], kind)
+        return {element_id_text(kind, stored): digest_text(digest) for stored, digest in rows}
 
     def replace_elements(self, kind: str, upserts: dict[str, tuple[str, str]], removed: Sequence[str]) -> None:
         """upserts: element id -> (content hash, JSON payload). Elements written other than by a merge (an import)
@@ -825,10 +840,11 @@ class SQLStateStore(abc.ABC):
         rows, texts = [], {}
         for eid, (digest, payload) in upserts.items():
             stored, named = _stored_element(kind, eid, payload)
-            rows.append((kind, eid, self._stored_digest(digest), stored))
+            rows.append((kind, self._stored_element_id(kind, eid), self._stored_digest(digest), stored))
             refs.update(text_id for text_id, _ in named)
             texts.update(named)
-        conn.executemany("DELETE FROM elements WHERE kind = ? AND element_id = ?", [(kind, e) for e in removed])
+        conn.executemany("DELETE FROM elements WHERE kind = ? AND element_id = ?",
+                         [(kind, self._stored_element_id(kind, e)) for e in removed])
         conn.executemany("INSERT OR REPLACE INTO elements VALUES (?, ?, ?, ?)", rows)
         conn.executemany("INSERT INTO element_texts VALUES (?, ?, ?) "
                          "ON CONFLICT (text_id) DO UPDATE SET refs = element_texts.refs + excluded.refs",
@@ -851,15 +867,16 @@ class SQLStateStore(abc.ABC):
         if element_ids is None:
             rows = self.query("SELECT element_id, payload FROM elements WHERE kind = ?", (kind,))
         else:
-            rows = self._rows_with_ids(
-                "SELECT element_id, payload FROM elements WHERE kind = ? AND element_id IN ({ids})", element_ids, kind)
-        return [(eid, _loads(p)) for eid, p in rows]
+            rows = self._rows_with_ids("SELECT element_id, payload FROM elements WHERE kind = ? AND element_id IN ({ids})",
+                                       [self._stored_element_id(kind, e) for e in element_ids], kind)
+        return [(element_id_text(kind, stored), _loads(p)) for stored, p in rows]
 
     def record_synced(self, kind: str, hashes: dict[str, str], removed: Sequence[str]) -> None:
         with self.transaction() as conn:
-            conn.executemany("DELETE FROM synced WHERE kind = ? AND element_id = ?", [(kind, e) for e in removed])
+            conn.executemany("DELETE FROM synced WHERE kind = ? AND element_id = ?",
+                             [(kind, self._stored_element_id(kind, e)) for e in removed])
             conn.executemany("INSERT OR REPLACE INTO synced VALUES (?, ?, ?)",
-                             [(kind, e, self._stored_digest(h)) for e, h in hashes.items()])
+                             [(kind, self._stored_element_id(kind, e), self._stored_digest(h)) for e, h in hashes.items()])
 
     # --- payloads: one JSON document per item of a namespace ------------------------------------------------------
 
