@@ -30,6 +30,7 @@ from graphrag_pipeline.lib.core.models import (
     EntityMention,
     Quarantined,
 )
+from graphrag_pipeline.lib.stores.protocols import COMMUNITIES
 from graphrag_pipeline.lib.stores.state.postgres import PostgresStateStore
 from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.lib.stores.state.sql import (
@@ -313,24 +314,31 @@ def test_payloads_written_before_version_8_are_read_with_their_texts_and_rewritt
     assert state.element_payloads("entity") == {rwanda.entity_id: json.loads(before_version_8[1])}
 
 
-def test_element_ids_of_a_version_7_index_are_kept_as_their_bytes(tmp_path: Path) -> None:
-    """SQLite: version 8 keeps the pipeline's ids in elements and synced as the 16 bytes after their kind's prefix
-    (a chunk's for the sync's mentions); any other id stays text, and each reads back as it was written."""
+def test_ids_and_point_keys_of_a_version_7_index_are_kept_as_their_bytes(tmp_path: Path) -> None:
+    """SQLite: version 8 keeps the pipeline's ids in elements, synced and indexed_points as the 16 bytes after their
+    kind's or collection's prefix (a chunk's for the sync's mentions), and point keys as their digests' bytes; any
+    other id or key stays text, and each reads back as it was written."""
     kivu = _merged_entity("lake kivu", [("Lake Kivu lies in Rwanda.", ("doc-a",))])
     relationship = "rel-" + short_hash("r1")
     store = SQLiteStateStore(tmp_path / "state.sqlite")
     store.replace_elements("entity", {kivu.entity_id: element_payload(kivu), "e2": ("h2", '{"name": "two"}')}, [])
     store.replace_elements("relationship", {relationship: (short_hash("r"), '{"weight": 1.0}')}, [])
     store.record_synced("mentions", {"chunk-" + short_hash("c1"): short_hash("m")}, [])
+    points = {"comm-" + short_hash("p1"): f"{short_hash('t')}:{short_hash('p')}", "p2": UNSYNCED}
+    store.record_indexed_points(COMMUNITIES, {point: (-1, key) for point, key in points.items()}, [])
     written = {kind: (store.element_hashes(kind), store.element_payloads(kind)) for kind in ("entity", "relationship")}
-    with store.transaction() as conn:  # back to version 7's layout: every id as its text
+    with store.transaction() as conn:  # back to version 7's layout: every id and key as its text
         for table in ("elements", "synced"):
             for kind, prefix in (("entity", "ent-"), ("relationship", "rel-"), ("mentions", "chunk-")):
                 conn.execute(f"UPDATE {table} SET element_id = ? || lower(hex(element_id)) "
                              "WHERE kind = ? AND typeof(element_id) = 'blob'", (prefix, kind))
+        conn.execute("UPDATE indexed_points SET point_id = 'comm-' || lower(hex(point_id)), point_key = "
+                     "lower(substr(hex(point_key), 1, 32) || ':' || substr(hex(point_key), 33)) "
+                     "WHERE typeof(point_id) = 'blob'")
         conn.execute("DELETE FROM schema_version WHERE version >= 8")
-    assert store.query("SELECT DISTINCT typeof(element_id) FROM elements UNION SELECT typeof(element_id) FROM synced"
-                       ) == [("text",)]
+    assert store.query("SELECT DISTINCT typeof(element_id) FROM elements UNION SELECT typeof(element_id) FROM synced "
+                       "UNION SELECT typeof(point_id) FROM indexed_points UNION "
+                       "SELECT typeof(point_key) FROM indexed_points") == [("text",)]
     store.close()
 
     store = SQLiteStateStore(tmp_path / "state.sqlite")
@@ -342,6 +350,12 @@ def test_element_ids_of_a_version_7_index_are_kept_as_their_bytes(tmp_path: Path
             for kind in ("entity", "relationship")} == written
     assert store.element_hashes("mentions", table="synced") == {"chunk-" + short_hash("c1"): short_hash("m")}
     assert store.element_payloads("entity", [kivu.entity_id, "e2", "ent-missing"]) == written["entity"][1]
+    assert store.query("SELECT typeof(point_id), length(point_id), typeof(point_key), length(point_key) "
+                       "FROM indexed_points ORDER BY 1") == [("blob", 16, "blob", 32), ("text", 2, "text", len(UNSYNCED))]
+    assert store.indexed_points(COMMUNITIES) == points
+    assert store.indexed_point_shards(COMMUNITIES) == dict.fromkeys(points, -1)
+    store.record_indexed_points(COMMUNITIES, {}, list(points))
+    assert store.indexed_point_count(COMMUNITIES) == 0
     store.replace_elements("entity", {}, [kivu.entity_id])
     store.record_synced("mentions", {}, ["chunk-" + short_hash("c1")])
     assert store.element_hashes("entity") == {"e2": "h2"} and store.element_hashes("mentions", table="synced") == {}

@@ -31,6 +31,7 @@ from graphrag_pipeline.lib.core.models import (
     Quarantined,
     RelationMention,
 )
+from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES
 
 # The recorded hash of a store entry whose write has begun but is not known to have finished, or that the store was
 # found to have lost: never equal to a content hash, so the next run writes the entry again. Recorded *before* a
@@ -195,13 +196,24 @@ _FOLDED_INTO_PAYLOADS = (
 
 
 # The prefix of the ids the pipeline makes for the rows of each kind in ``elements`` and ``synced`` (the graph sync's
-# "mentions" are a chunk's), which SQLite keeps as the bytes after it (a 16-byte hash) since version 8.
-ELEMENT_ID_PREFIXES = {"entity": "ent-", "relationship": "rel-", "mentions": "chunk-"}
+# "mentions" are a chunk's) and of each vector collection in ``indexed_points``: since version 8 SQLite keeps such an
+# id as the bytes of the hash after its prefix, which the row's kind or collection gives back.
+ID_PREFIXES = {"entity": "ent-", "relationship": "rel-", "mentions": "chunk-",
+               CHUNKS: "chunk-", ENTITIES: "ent-", COMMUNITIES: "comm-"}
 
 
-def element_id_text(kind: str, stored: str | bytes) -> str:
-    """An id as ``SQLStateStore._stored_element_id`` kept it, as its text again (an index of any version)."""
-    return stored if isinstance(stored, str) else ELEMENT_ID_PREFIXES[kind] + stored.hex()
+def id_text(kind: str, stored: str | bytes) -> str:
+    """An id as ``SQLStateStore._stored_id`` kept it, as its text again (an index of any version)."""
+    return stored if isinstance(stored, str) else ID_PREFIXES[kind] + stored.hex()
+
+
+def point_key_text(stored: str | bytes) -> str:
+    """A point key (``vectors.point_key``: two hex digests joined by a colon) as ``SQLStateStore._stored_point_key``
+    kept it, as its text again."""
+    if isinstance(stored, str):
+        return stored
+    digits = stored.hex()
+    return f"{digits[:len(digits) // 2]}:{digits[len(digits) // 2:]}"
 
 
 def digest_text(stored: str | bytes) -> str:
@@ -393,10 +405,15 @@ class SQLStateStore(abc.ABC):
         bytes where they give the same text back. Read back through ``digest_text`` either way."""
         return digest
 
-    def _stored_element_id(self, kind: str, element_id: str) -> Any:
-        """An id of the elements' or the graph sync's rows of ``kind`` as this database keeps it: as its text here;
-        SQLite keeps the pipeline's own as their bytes. Read back through ``element_id_text`` either way."""
-        return element_id
+    def _stored_id(self, kind: str, identifier: str) -> Any:
+        """An id of the rows of ``kind`` (an element kind or a vector collection: ``ID_PREFIXES``) as this database
+        keeps it: as its text here; SQLite keeps the pipeline's own as their bytes. Read back through ``id_text``."""
+        return identifier
+
+    def _stored_point_key(self, key: str) -> Any:
+        """A point key as this database keeps it: as its text here; SQLite keeps one of two equal-length hex digests
+        as their bytes. Read back through ``point_key_text``."""
+        return key
 
     def _rows_with_ids(self, sql: str, ids: Iterable[Any], *leading: Any) -> list[tuple]:
         """The rows of ``sql`` for every id of ``ids``: its ``{ids}`` becomes the placeholders of one batch of ids
@@ -657,22 +674,23 @@ class SQLStateStore(abc.ABC):
             shard_list = sorted(set(shards))
             sql += f" AND shard IN ({','.join('?' * len(shard_list))})"
             params += shard_list
-        return dict(self.query(sql, params))
+        return {id_text(collection, point): point_key_text(key) for point, key in self.query(sql, params)}
 
     def indexed_point_shards(self, collection: str) -> dict[str, int]:
-        return dict(self.query("SELECT point_id, shard FROM indexed_points WHERE collection = ?", [collection]))
+        return {id_text(collection, point): shard for point, shard in
+                self.query("SELECT point_id, shard FROM indexed_points WHERE collection = ?", [collection])}
 
     def indexed_point_count(self, collection: str) -> int:
         return self.query("SELECT COUNT(*) FROM indexed_points WHERE collection = ?", [collection])[0][0]
 
     def record_indexed_points(self, collection: str, points: dict[str, tuple[int, str]], removed: Sequence[str]) -> None:
         with self.transaction() as conn:
-            conn.executemany(
-                "DELETE FROM indexed_points WHERE collection = ? AND point_id = ?", [(collection, p) for p in removed]
-            )
+            conn.executemany("DELETE FROM indexed_points WHERE collection = ? AND point_id = ?",
+                             [(collection, self._stored_id(collection, p)) for p in removed])
             conn.executemany(
                 "INSERT OR REPLACE INTO indexed_points VALUES (?, ?, ?, ?)",
-                [(collection, pid, shard, key) for pid, (shard, key) in points.items()],
+                [(collection, self._stored_id(collection, pid), shard, self._stored_point_key(key))
+                 for pid, (shard, key) in points.items()],
             )
 
     # --- extractions ------------------------------------------------------------------------------------------------
@@ -821,8 +839,8 @@ class SQLStateStore(abc.ABC):
         else:
             rows = self._rows_with_ids(
                 f"SELECT element_id, content_hash FROM {table} WHERE kind = ? AND element_id IN ({{ids}})",
-                [self._stored_element_id(kind, e) for e in element_ids], kind)
-        return {element_id_text(kind, stored): digest_text(digest) for stored, digest in rows}
+                [self._stored_id(kind, e) for e in element_ids], kind)
+        return {id_text(kind, stored): digest_text(digest) for stored, digest in rows}
 
     def replace_elements(self, kind: str, upserts: dict[str, tuple[str, str]], removed: Sequence[str]) -> None:
         """upserts: element id -> (content hash, JSON payload). Elements written other than by a merge (an import)
@@ -840,11 +858,11 @@ class SQLStateStore(abc.ABC):
         rows, texts = [], {}
         for eid, (digest, payload) in upserts.items():
             stored, named = _stored_element(kind, eid, payload)
-            rows.append((kind, self._stored_element_id(kind, eid), self._stored_digest(digest), stored))
+            rows.append((kind, self._stored_id(kind, eid), self._stored_digest(digest), stored))
             refs.update(text_id for text_id, _ in named)
             texts.update(named)
         conn.executemany("DELETE FROM elements WHERE kind = ? AND element_id = ?",
-                         [(kind, self._stored_element_id(kind, e)) for e in removed])
+                         [(kind, self._stored_id(kind, e)) for e in removed])
         conn.executemany("INSERT OR REPLACE INTO elements VALUES (?, ?, ?, ?)", rows)
         conn.executemany("INSERT INTO element_texts VALUES (?, ?, ?) "
                          "ON CONFLICT (text_id) DO UPDATE SET refs = element_texts.refs + excluded.refs",
@@ -868,15 +886,15 @@ class SQLStateStore(abc.ABC):
             rows = self.query("SELECT element_id, payload FROM elements WHERE kind = ?", (kind,))
         else:
             rows = self._rows_with_ids("SELECT element_id, payload FROM elements WHERE kind = ? AND element_id IN ({ids})",
-                                       [self._stored_element_id(kind, e) for e in element_ids], kind)
-        return [(element_id_text(kind, stored), _loads(p)) for stored, p in rows]
+                                       [self._stored_id(kind, e) for e in element_ids], kind)
+        return [(id_text(kind, stored), _loads(p)) for stored, p in rows]
 
     def record_synced(self, kind: str, hashes: dict[str, str], removed: Sequence[str]) -> None:
         with self.transaction() as conn:
             conn.executemany("DELETE FROM synced WHERE kind = ? AND element_id = ?",
-                             [(kind, self._stored_element_id(kind, e)) for e in removed])
+                             [(kind, self._stored_id(kind, e)) for e in removed])
             conn.executemany("INSERT OR REPLACE INTO synced VALUES (?, ?, ?)",
-                             [(kind, self._stored_element_id(kind, e), self._stored_digest(h)) for e, h in hashes.items()])
+                             [(kind, self._stored_id(kind, e), self._stored_digest(h)) for e, h in hashes.items()])
 
     # --- payloads: one JSON document per item of a namespace ------------------------------------------------------
 

@@ -18,7 +18,7 @@ from graphrag_pipeline.lib.stores.sqlite_files import DamagedStoreError, naming_
 from graphrag_pipeline.lib.stores.state.sql import (
     _INDEXED_POINTS_BY_SHARD,
     _KEY_ONLY_TABLES,
-    ELEMENT_ID_PREFIXES,
+    ID_PREFIXES,
     SHORTER_ELEMENT_HASHES,
     IndexBusyError,
     SQLStateStore,
@@ -37,16 +37,24 @@ def _stored_digest(digest: str | bytes) -> str | bytes:
     return digest if packed is None else packed
 
 
-def _stored_element_id(kind: str, element_id: str | bytes) -> str | bytes:
-    """An element's or a graph sync's id as SQLite keeps it (see ``SQLStateStore._stored_element_id``): the pipeline's
-    own (its kind's prefix and hex digits) as their bytes, any other (an import's, a test's) and one kept so already
-    (a migration's second pass) as it is."""
-    prefix = ELEMENT_ID_PREFIXES.get(kind)
-    if isinstance(element_id, str) and prefix and element_id.startswith(prefix):
-        packed = hex_bytes(element_id[len(prefix):])
+def _stored_id(kind: str, identifier: str | bytes) -> str | bytes:
+    """An id of the rows of ``kind`` as SQLite keeps it (see ``SQLStateStore._stored_id``): the pipeline's own (the
+    kind's prefix and hex digits) as their bytes, any other (an import's, a test's) and one kept so already (a
+    migration's second pass) as it is."""
+    prefix = ID_PREFIXES.get(kind)
+    if isinstance(identifier, str) and prefix and identifier.startswith(prefix):
+        packed = hex_bytes(identifier[len(prefix):])
         if packed:
             return packed
-    return element_id
+    return identifier
+
+
+def _stored_point_key(key: str | bytes) -> str | bytes:
+    """A point key as SQLite keeps it (see ``SQLStateStore._stored_point_key``): two hex digests of one length joined
+    by a colon as their bytes, any other key (``UNSYNCED``) and one kept so already as it is."""
+    first, colon, second = key.partition(":") if isinstance(key, str) else ("", "", "")
+    packed = hex_bytes(first + second) if colon and len(first) == len(second) else None
+    return packed or key
 
 
 class SQLiteStateStore(SQLStateStore):
@@ -88,7 +96,8 @@ class SQLiteStateStore(SQLStateStore):
                     conn.execute("PRAGMA secure_delete=ON")
             conn.isolation_level = None  # explicit transactions below
             conn.create_function("stored_digest", 1, _stored_digest, deterministic=True)  # version 7's migration
-            conn.create_function("stored_element_id", 2, _stored_element_id, deterministic=True)  # version 8's
+            conn.create_function("stored_id", 2, _stored_id, deterministic=True)  # version 8's
+            conn.create_function("stored_point_key", 1, _stored_point_key, deterministic=True)  # version 8's
             self._local.conn = conn
         return conn
 
@@ -107,7 +116,8 @@ class SQLiteStateStore(SQLStateStore):
     # on musique-100), and the elements' and the graph sync's content hashes as their 16 bytes, not 32 hex digits.
     # Version 8 keeps the texts of the elements' description parts once each, in element_texts, which the schema
     # above creates (the payloads already stored hold theirs and are read as they are), and the pipeline's ids in
-    # elements and synced as their 16 bytes, the rows copied in key order so the trees' pages are full.
+    # elements, synced and indexed_points as their 16 bytes (point keys as their two digests' bytes), the rows copied
+    # in key order so the trees' pages are full.
     MIGRATIONS: dict[int, str] = {2: "", 3: "", 4: "; ".join(
         [SHORTER_ELEMENT_HASHES]
         + [f"ALTER TABLE {table} RENAME TO {table}_v3; {_table_definition(table)}; "
@@ -117,10 +127,14 @@ class SQLiteStateStore(SQLStateStore):
         7: f"ALTER TABLE elements RENAME TO elements_v6; {_table_definition('elements')}; "
            "INSERT INTO elements SELECT kind, element_id, stored_digest(content_hash), payload FROM elements_v6; "
            "DROP TABLE elements_v6; UPDATE synced SET content_hash = stored_digest(content_hash)",
-        8: "; ".join(f"ALTER TABLE {table} RENAME TO {table}_v7; {_table_definition(table)}; "
-                     f"INSERT INTO {table} SELECT kind, stored_element_id(kind, element_id), {columns} FROM {table}_v7 "
-                     f"ORDER BY 1, 2; DROP TABLE {table}_v7"
-                     for table, columns in (("elements", "content_hash, payload"), ("synced", "content_hash")))}
+        8: "; ".join([f"ALTER TABLE {table} RENAME TO {table}_v7; {_table_definition(table)}; "
+                      f"INSERT INTO {table} SELECT {columns} FROM {table}_v7 ORDER BY 1, 2; DROP TABLE {table}_v7"
+                      for table, columns in (
+                          ("elements", "kind, stored_id(kind, element_id), content_hash, payload"),
+                          ("synced", "kind, stored_id(kind, element_id), content_hash"),
+                          ("indexed_points",
+                           "collection, stored_id(collection, point_id), shard, stored_point_key(point_key)"))]
+                     + [_INDEXED_POINTS_BY_SHARD])}  # its index went with the table it was renamed with
 
     def exists(self) -> bool:
         """Whether a build has created this index's state (a read-only store of a missing file creates none); a file
@@ -151,8 +165,11 @@ class SQLiteStateStore(SQLStateStore):
     def _stored_digest(self, digest: str) -> str | bytes:
         return _stored_digest(digest)
 
-    def _stored_element_id(self, kind: str, element_id: str) -> str | bytes:
-        return _stored_element_id(kind, element_id)
+    def _stored_id(self, kind: str, identifier: str) -> str | bytes:
+        return _stored_id(kind, identifier)
+
+    def _stored_point_key(self, key: str) -> str | bytes:
+        return _stored_point_key(key)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         with naming_damage(self.path):
