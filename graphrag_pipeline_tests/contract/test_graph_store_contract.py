@@ -21,7 +21,7 @@ import pytest
 
 from graphrag_pipeline.lib.core.ids import short_id
 from graphrag_pipeline.lib.core.models import Entity, EntityNames, Relationship
-from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
+from graphrag_pipeline.lib.stores.embedded_graph import SCHEMA_VERSION, EmbeddedGraphStore
 from graphrag_pipeline.lib.stores.protocols import (
     GraphStore,
     Neighbourhood,
@@ -849,14 +849,15 @@ def test_embedded_store_of_a_newer_version_is_refused_and_left_alone(tmp_path: P
     path = tmp_path / "graph.sqlite"
     with EmbeddedGraphStore(path) as store:
         build(store, [rel("a", "b")])
+    newer = SCHEMA_VERSION + 1
     with sqlite3.connect(path) as conn:
-        conn.execute("PRAGMA user_version = 5")
-    with pytest.raises(ValueError, match="schema version 5; this code reads 4"):
+        conn.execute(f"PRAGMA user_version = {newer}")
+    with pytest.raises(ValueError, match=f"schema version {newer}; this code reads {SCHEMA_VERSION}"):
         EmbeddedGraphStore(path)
-    with pytest.raises(ValueError, match="schema version 4 \\(has 5\\)"):
+    with pytest.raises(ValueError, match=f"schema version {SCHEMA_VERSION} \\(has {newer}\\)"):
         EmbeddedGraphStore(path, read_only=True)
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == newer
 
 
 # The pipeline's own ids (a prefix and 32 hex digits) are stored as their 16 bytes; the tests above use short text ids,
@@ -956,7 +957,38 @@ def test_embedded_store_answers_the_same_under_the_pipelines_ids_stored_as_bytes
         stored = conn.execute("SELECT typeof(entity_id), length(entity_id) FROM entities UNION ALL "
                               "SELECT typeof(relationship_id), length(relationship_id) FROM relationships UNION ALL "
                               "SELECT typeof(chunk_id), length(chunk_id) FROM mentions").fetchall()
+        provenance = conn.execute("SELECT typeof(chunk_ids), length(chunk_ids) FROM entities UNION "
+                                  "SELECT typeof(chunk_ids), length(chunk_ids) FROM relationships").fetchall()
     assert sorted(set(stored)) == [("blob", 16), ("text", len("legacy-e"))]
+    assert sorted(provenance) == [("blob", 16), ("blob", 32)]  # a relationship's one chunk, an entity's two
+
+
+def test_embedded_store_of_version_4_gets_its_chunk_id_lists_as_bytes(tmp_path: Path) -> None:
+    """Version 5 stores a list of the pipeline's chunk ids as their bytes; a list holding any other id stays JSON."""
+    path = tmp_path / "graph.sqlite"
+    ids = _pipeline_ids(["a", "b", "c", "d", "legacy-e", "c1", "c2", "c3", "r1", "r2", "r3", "r4", "r5"])
+    with EmbeddedGraphStore(path) as store:
+        _build_sample(store, ids)
+        mixed = dataclasses.replace(entity("f"), chunk_ids=(ids["c1"], "legacy-chunk"))
+        store.upsert_entities([mixed])
+        expected = _what_the_store_answers(store, ids)
+    with sqlite3.connect(path) as conn:  # back to version 4's layout: every list as a JSON array
+        for table in ("entities", "relationships"):
+            conn.execute(f"UPDATE {table} SET chunk_ids = (SELECT json_group_array('chunk-' || lower(hex("
+                         "substr(chunk_ids, value * 16 + 1, 16)))) FROM json_each('[0,1]') WHERE value * 16 < "
+                         "length(chunk_ids)) WHERE typeof(chunk_ids) = 'blob'")
+        conn.execute("PRAGMA user_version = 4")
+        assert conn.execute("SELECT COUNT(*) FROM entities WHERE typeof(chunk_ids) = 'blob'").fetchone() == (0,)
+    with EmbeddedGraphStore(path, read_only=True) as reader:  # a reader does not migrate: it reads version 4
+        assert _what_the_store_answers(reader, ids) == expected
+        with EmbeddedGraphStore(path) as store:  # the first writer migrates, under the reader's feet
+            assert _what_the_store_answers(store, ids) == expected
+            assert store.get_entities(["f"]) == {"f": mixed}
+        assert _what_the_store_answers(reader, ids) == expected
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT typeof(chunk_ids), COUNT(*) FROM entities GROUP BY 1 UNION ALL "
+                            "SELECT typeof(chunk_ids), COUNT(*) FROM relationships GROUP BY 1").fetchall() == [
+            ("blob", 5), ("text", 1), ("blob", 5)]
 
 
 def test_embedded_store_of_version_3_gets_its_ids_stored_as_bytes_and_its_entities_keys(tmp_path: Path) -> None:

@@ -30,7 +30,8 @@ from graphrag_pipeline.lib.core.models import ChunkText, Entity, EntityNames, Re
 from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, ReadAhead, Subgraph, WalkPlan, check_page
 from graphrag_pipeline.lib.stores.sqlite_files import naming_damage
 
-SCHEMA_VERSION = 4  # 2: relationship descriptions stored once; 3: entity titles; 4: compact ids and entity keys
+# 2: relationship descriptions stored once; 3: entity titles; 4: compact ids and entity keys; 5: chunk-id lists as bytes
+SCHEMA_VERSION = 5
 
 # Only the indexes that interactive reads and cascading deletes need: each secondary index on random hash ids
 # roughly halves the bulk write rate, so listings sort on the fly instead.
@@ -47,7 +48,7 @@ CREATE TABLE IF NOT EXISTS entities (
     type TEXT NOT NULL,
     description TEXT NOT NULL,
     mention_count INTEGER NOT NULL,
-    chunk_ids TEXT NOT NULL,
+    chunk_ids TEXT NOT NULL,        -- the chunks' ids as their bytes, one after another, or a JSON array (_packed_chunk_ids)
     doc_ids TEXT NOT NULL,
     aliases TEXT NOT NULL,
     title TEXT NOT NULL DEFAULT ''
@@ -59,7 +60,7 @@ CREATE TABLE IF NOT EXISTS relationships (
     type TEXT NOT NULL,
     description_id BLOB NOT NULL,   -- in relationship_descriptions
     weight REAL NOT NULL,
-    chunk_ids TEXT NOT NULL,
+    chunk_ids TEXT NOT NULL,        -- as the entities'
     doc_ids TEXT NOT NULL,
     predicates TEXT NOT NULL
 );
@@ -111,10 +112,10 @@ ALTER TABLE relationships RENAME TO old_relationships;
 ALTER TABLE mentions RENAME TO old_mentions;
 {_SCHEMA}
 INSERT INTO entities (entity_id, name, canonical, type, description, mention_count, chunk_ids, doc_ids, aliases, title)
-    SELECT stored_id('ent', entity_id), name, canonical, type, description, mention_count, chunk_ids, doc_ids,
-        aliases, {title} FROM old_entities ORDER BY entity_id;
+    SELECT stored_id('ent', entity_id), name, canonical, type, description, mention_count, packed_chunk_ids(chunk_ids),
+        doc_ids, aliases, {title} FROM old_entities ORDER BY entity_id;
 {descriptions}INSERT INTO relationships SELECT stored_id('rel', r.relationship_id), s.entity_key, t.entity_key, r.type,
-    {description_id}, r.weight, r.chunk_ids, r.doc_ids, r.predicates FROM old_relationships r
+    {description_id}, r.weight, packed_chunk_ids(r.chunk_ids), r.doc_ids, r.predicates FROM old_relationships r
     JOIN entities s ON s.entity_id = stored_id('ent', r.source_id)
     JOIN entities t ON t.entity_id = stored_id('ent', r.target_id);
 INSERT INTO mentions SELECT stored_id('chunk', m.chunk_id), e.entity_key FROM old_mentions m
@@ -126,7 +127,9 @@ DROP TABLE old_mentions;
 
 
 # What a writer runs on a file of each older version to bring it to SCHEMA_VERSION.
-_MIGRATIONS = {0: _SCHEMA, **{version: _rebuilt_from(version) for version in (1, 2, 3)}}
+_MIGRATIONS = {0: _SCHEMA, **{version: _rebuilt_from(version) for version in (1, 2, 3)},
+               4: "UPDATE entities SET chunk_ids = packed_chunk_ids(chunk_ids);\n"
+                  "UPDATE relationships SET chunk_ids = packed_chunk_ids(chunk_ids);\n"}
 
 
 def _statements(script: str) -> list[str]:
@@ -163,6 +166,28 @@ def _id_of(prefix: str, stored: str | bytes) -> str:
     return stored if stored.__class__ is str else f"{prefix}-{stored.hex()}"
 
 
+def _packed_chunk_ids(chunk_ids: Sequence[str]) -> str | bytes:
+    """A list of chunk ids as a file of version 5 stores it: the pipeline's as their 16 bytes one after another
+    (provenance lists were a tenth of the file as JSON text), a list holding any other id as a JSON array."""
+    stored = [_stored_id("chunk", chunk_id) for chunk_id in chunk_ids]
+    if all(item.__class__ is bytes for item in stored):
+        return b"".join(stored)
+    return _encode_json(list(chunk_ids))
+
+
+def _repacked_chunk_ids(stored: str | bytes) -> str | bytes:
+    """A stored list of chunk ids (a JSON array before version 5) as version 5 stores it: the migrations' function."""
+    return stored if stored.__class__ is bytes else _packed_chunk_ids(orjson.loads(stored))
+
+
+def _chunk_ids_of(stored: str | bytes) -> tuple[str, ...]:
+    """The chunk ids a stored list holds (``_packed_chunk_ids``, or a JSON array in a file of any version)."""
+    if stored.__class__ is str:
+        return tuple(orjson.loads(stored))
+    digits = stored.hex()
+    return tuple(f"chunk-{digits[start:start + 32]}" for start in range(0, len(digits), 32))
+
+
 def _id_lists(columns: str) -> str:
     """The JSON arrays in ``columns`` as one array of arrays, so a row takes one JSON decode instead of three (the
     decoder's per-call cost was half the time of turning rows into records)."""
@@ -191,8 +216,8 @@ def _layout(version: int) -> dict[str, str]:
     title = "title" if version >= 3 else "'' AS title"
 
     def entity_columns(chunk_ids: str) -> str:
-        return (f"entity_id, name, canonical, type, description, mention_count, "
-                f"{_id_lists(f'{chunk_ids}, doc_ids, aliases')}, {title}")
+        return (f"entity_id, name, canonical, type, description, mention_count, {chunk_ids}, "
+                f"{_id_lists('doc_ids, aliases')}, {title}")
 
     return {
         **lists,
@@ -202,7 +227,7 @@ def _layout(version: int) -> dict[str, str]:
         "source": source,
         "target": target,
         "relationship_columns": f"r.relationship_id, {source}, {target}, r.type, {description}, r.weight, "
-                                f"{_id_lists('r.chunk_ids, r.doc_ids, r.predicates')}",
+                                f"r.chunk_ids, {_id_lists('r.doc_ids, r.predicates')}",
         "mentions": "mentions m JOIN entities e ON e.entity_key = m.entity_key" if keyed else "mentions m",
         "mention_entity": "e.entity_id" if keyed else "m.entity_id",
         "mention_entity_key": "m.entity_key" if keyed else "m.entity_id",
@@ -265,7 +290,7 @@ def _entity_row(entity: Entity) -> tuple[Any, ...]:
         entity.type,
         entity.description,
         int(entity.mention_count),
-        _encode_json(list(entity.chunk_ids)),
+        _packed_chunk_ids(entity.chunk_ids),
         _encode_json(list(entity.doc_ids)),
         _encode_json(list(entity.aliases)),
         entity.title,
@@ -290,7 +315,7 @@ def _relationship_row(relationship: Relationship, keys: Mapping[str, int]) -> tu
         relationship.type,
         _description_id(relationship.description),
         weight,
-        _encode_json(list(relationship.chunk_ids)),
+        _packed_chunk_ids(relationship.chunk_ids),
         _encode_json(list(relationship.doc_ids)),
         _encode_json(list(relationship.predicates)),
     )
@@ -298,7 +323,7 @@ def _relationship_row(relationship: Relationship, keys: Mapping[str, int]) -> tu
 
 def _entity_from_row(row: Sequence[Any]) -> Entity:
     """An entity from a row of ``entity_columns``."""
-    chunk_ids, doc_ids, aliases = orjson.loads(row[6])
+    doc_ids, aliases = orjson.loads(row[7])
     return Entity(
         entity_id=_id_of("ent", row[0]),
         name=row[1],
@@ -306,16 +331,16 @@ def _entity_from_row(row: Sequence[Any]) -> Entity:
         type=row[3],
         description=row[4],
         mention_count=row[5],
-        chunk_ids=tuple(chunk_ids),
+        chunk_ids=_chunk_ids_of(row[6]),
         doc_ids=tuple(doc_ids),
         aliases=tuple(aliases),
-        title=row[7],
+        title=row[8],
     )
 
 
 def _relationship_from_row(row: Sequence[Any]) -> Relationship:
     """A relationship from a row of ``relationship_columns`` whose ends ``_ends_named`` has named."""
-    chunk_ids, doc_ids, predicates = orjson.loads(row[6])
+    doc_ids, predicates = orjson.loads(row[7])
     return Relationship(
         relationship_id=_id_of("rel", row[0]),
         source_id=row[1],
@@ -323,7 +348,7 @@ def _relationship_from_row(row: Sequence[Any]) -> Relationship:
         type=row[3],
         description=row[4],
         weight=row[5],
-        chunk_ids=tuple(chunk_ids),
+        chunk_ids=_chunk_ids_of(row[6]),
         doc_ids=tuple(doc_ids),
         predicates=tuple(predicates),
     )
@@ -439,6 +464,7 @@ class EmbeddedGraphStore:
         self._conn.execute("PRAGMA secure_delete = ON")  # what a deleted document supplied is overwritten too
         if version != SCHEMA_VERSION:
             self._conn.create_function("description_id", 1, _description_id, deterministic=True)
+            self._conn.create_function("packed_chunk_ids", 1, _repacked_chunk_ids, deterministic=True)
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 # Read again under the write lock: another writer may have created or migrated the file meanwhile.
