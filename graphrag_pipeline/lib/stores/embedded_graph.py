@@ -48,7 +48,7 @@ CREATE TABLE IF NOT EXISTS entities (
     type TEXT NOT NULL,
     description TEXT NOT NULL,
     mention_count INTEGER NOT NULL,
-    chunk_ids TEXT NOT NULL,        -- the chunks' ids as their bytes, one after another, or a JSON array (_packed_chunk_ids)
+    chunk_ids TEXT NOT NULL,        -- their ids' bytes one after another, or a JSON array (_packed_chunk_ids)
     doc_ids TEXT NOT NULL,
     aliases TEXT NOT NULL,
     title TEXT NOT NULL DEFAULT ''
@@ -168,7 +168,7 @@ def _id_of(prefix: str, stored: str | bytes) -> str:
 
 def _packed_chunk_ids(chunk_ids: Sequence[str]) -> str | bytes:
     """A list of chunk ids as a file of version 5 stores it: the pipeline's as their 16 bytes one after another
-    (provenance lists were a tenth of the file as JSON text), a list holding any other id as a JSON array."""
+    (as JSON text the lists were a seventh of musique-100's file), a list holding any other id as a JSON array."""
     stored = [_stored_id("chunk", chunk_id) for chunk_id in chunk_ids]
     if all(item.__class__ is bytes for item in stored):
         return b"".join(stored)
