@@ -292,7 +292,7 @@ def _loads(stored: str | bytes | memoryview) -> Any:
 # a sentence that names k entities describes up to k(k-1)/2 co-occurrence relationships: on musique-100 45,823 parts
 # held 5,111 distinct texts. Since version 8 a stored payload names each text by its id in ``element_texts``, leaves
 # out the description where it is its parts joined (the merge writes it so unless a model summarized), and its own
-# id, which its key holds; 13.4 MB of that set's element payloads became 8.6 MB and 0.6 MB of texts.
+# id, which its key holds: musique-100's elements took 18.3 MB, and 11.1 MB after with 0.9 MB of texts beside them.
 _OWN_ID = {"entity": "entity_id", "relationship": "relationship_id"}
 
 
