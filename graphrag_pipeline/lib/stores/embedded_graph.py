@@ -184,8 +184,11 @@ def _chunk_ids_of(stored: str | bytes) -> tuple[str, ...]:
     """The chunk ids a stored list holds (``_packed_chunk_ids``, or a JSON array in a file of any version)."""
     if stored.__class__ is str:
         return tuple(orjson.loads(stored))
-    digits = stored.hex()
-    return tuple(f"chunk-{digits[start:start + 32]}" for start in range(0, len(digits), 32))
+    if not stored:
+        return ()
+    # The digits of each id spaced by hex() itself and split apart in C: slicing them in Python took 3.5× the time
+    # of decoding the same list as JSON, this takes 2×.
+    return tuple(("chunk-" + stored.hex(" ", 16).replace(" ", " chunk-")).split(" "))
 
 
 def _id_lists(columns: str) -> str:
