@@ -1006,6 +1006,7 @@ def test_embedded_store_of_version_3_gets_its_ids_stored_as_bytes_and_its_entiti
             assert _what_the_store_answers(store, ids) == expected
         assert _what_the_store_answers(reader, ids) == expected
     with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA freelist_count").fetchone() == (0,)  # the old tables' pages are not kept free
         assert conn.execute("SELECT COUNT(*) FROM entities WHERE typeof(entity_id) = 'blob'").fetchone() == (4,)
         assert conn.execute("SELECT DISTINCT typeof(source_key), typeof(target_key) FROM relationships").fetchall() == [
             ("integer", "integer")]

@@ -343,6 +343,7 @@ def test_ids_and_point_keys_of_a_version_7_index_are_kept_as_their_bytes(tmp_pat
 
     store = SQLiteStateStore(tmp_path / "state.sqlite")
     assert store.query("SELECT version FROM schema_version ORDER BY version") == EVERY_VERSION
+    assert store.query("PRAGMA freelist_count") == [(0,)]  # the copied tables' old pages are not kept as free space
     assert store.query("SELECT kind, typeof(element_id), length(element_id) FROM elements UNION "
                        "SELECT kind, typeof(element_id), length(element_id) FROM synced ORDER BY 1, 2") == [
         ("entity", "blob", 16), ("entity", "text", 2), ("mentions", "blob", 16), ("relationship", "blob", 16)]

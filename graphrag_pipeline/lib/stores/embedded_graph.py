@@ -482,6 +482,9 @@ class EmbeddedGraphStore:
                 self._conn.execute("ROLLBACK")
                 raise
             self._conn.execute("COMMIT")
+            if version != 0 and version in _MIGRATIONS:
+                # The rows moved or shrank, and SQLite keeps the pages they left as free space in the file.
+                self._conn.execute("VACUUM")
 
     def __enter__(self) -> "EmbeddedGraphStore":
         return self

@@ -381,9 +381,10 @@ class SQLStateStore(abc.ABC):
         """Around a read that streams rows: a store kept in files says which file is damaged (``naming_damage``)."""
         return contextlib.nullcontext()
 
-    def _migrate(self) -> None:
+    def _migrate(self) -> int:
         """Bring the index's tables to SCHEMA_VERSION, recording each step; refuse an index written by a newer
-        pipeline. An index from before versioning has every table of version 1, which the DDL above created."""
+        pipeline. An index from before versioning has every table of version 1, which the DDL above created.
+        Returns the version the index had (0: none, a new index)."""
         with self.transaction() as conn:
             current = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0]
             if current > SCHEMA_VERSION:
@@ -396,6 +397,7 @@ class SQLStateStore(abc.ABC):
                     for statement in filter(str.strip, self.MIGRATIONS[version].split(";")):
                         conn.execute(statement)
                 conn.execute("INSERT INTO schema_version VALUES (?, ?)", (version, time.time()))
+        return current
 
     def schema_version(self) -> int:
         return self.query("SELECT COALESCE(MAX(version), 0) FROM schema_version")[0][0]

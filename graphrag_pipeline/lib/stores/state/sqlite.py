@@ -19,6 +19,7 @@ from graphrag_pipeline.lib.stores.state.sql import (
     _INDEXED_POINTS_BY_SHARD,
     _KEY_ONLY_TABLES,
     ID_PREFIXES,
+    SCHEMA_VERSION,
     SHORTER_ELEMENT_HASHES,
     IndexBusyError,
     SQLStateStore,
@@ -77,7 +78,10 @@ class SQLiteStateStore(SQLStateStore):
             try:
                 with naming_damage(self.path):
                     self._connection().executescript(schema("sqlite"))  # idempotent DDL; executescript manages its own transaction
-                self._migrate()
+                if 0 < self._migrate() < SCHEMA_VERSION:
+                    # A migration copies tables into new ones, and SQLite keeps the old ones' pages as free space in
+                    # the file (a version-7 state of musique-100 grew from 38.6 to 56.1 MB, 20 MB of it free).
+                    self._connection().execute("VACUUM")
             except BaseException:
                 self.close()
                 raise
