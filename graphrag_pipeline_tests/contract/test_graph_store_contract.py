@@ -972,7 +972,7 @@ def test_embedded_store_of_version_4_gets_its_chunk_id_lists_as_bytes(tmp_path: 
         mixed = dataclasses.replace(entity("f"), chunk_ids=(ids["c1"], "legacy-chunk"))
         store.upsert_entities([mixed])
         expected = _what_the_store_answers(store, ids)
-    with sqlite3.connect(path) as conn:  # back to version 4's layout: every list as a JSON array
+    with sqlite3.connect(path) as conn:  # back to version 4's layout: every list (of one or two ids) as a JSON array
         for table in ("entities", "relationships"):
             conn.execute(f"UPDATE {table} SET chunk_ids = (SELECT json_group_array('chunk-' || lower(hex("
                          "substr(chunk_ids, value * 16 + 1, 16)))) FROM json_each('[0,1]') WHERE value * 16 < "

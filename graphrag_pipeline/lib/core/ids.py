@@ -41,6 +41,15 @@ def hex_bytes(text: str) -> bytes | None:
     return packed if packed.hex() == text else None
 
 
+def hashed_id_bytes(identifier: str, prefix: str) -> bytes | None:
+    """The 16 bytes of an id the pipeline made (``prefix``, such as "ent-", then ``short_hash``'s digits: ``short_id``),
+    or None for any other id: the stores keep such an id as its bytes where the column or row gives the prefix back.
+    No regular expression: SQLite calls it for each id of a read's list."""
+    if len(identifier) == len(prefix) + SHORT_HASH_CHARS and identifier.startswith(prefix):
+        return hex_bytes(identifier[len(prefix):])
+    return None
+
+
 def short_id(prefix: str, *parts: str) -> str:
     """A readable, content-derived id such as ``chunk-3f2a…``."""
     return f"{prefix}-{short_hash(*parts)}"

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from graphrag_pipeline.lib.core.ids import hex_bytes
+from graphrag_pipeline.lib.core.ids import hashed_id_bytes
 from graphrag_pipeline.lib.core.models import ChunkText, Entity, EntityNames, Relationship
 from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, ReadAhead, Subgraph, WalkPlan, check_page
 from graphrag_pipeline.lib.stores.sqlite_files import naming_damage
@@ -150,14 +150,8 @@ _HASHED_IDS = {prefix: f"{prefix}-" for prefix in ("ent", "rel", "chunk")}
 
 
 def _stored_id(prefix: str, identifier: str) -> str | bytes:
-    """``identifier`` as a file of version 4 stores it in a column of ``prefix`` ids. Called by SQLite for each id of
-    a read's id list, so no regular expression: the digits must give back the same text (lower case, no spaces)."""
-    start = len(prefix) + 1
-    if len(identifier) == start + 32 and identifier.startswith(_HASHED_IDS[prefix]):
-        digest = hex_bytes(identifier[start:])
-        if digest is not None:
-            return digest
-    return identifier
+    """``identifier`` as a file of version 4 stores it in a column of ``prefix`` ids."""
+    return hashed_id_bytes(identifier, _HASHED_IDS[prefix]) or identifier
 
 
 def _id_of(prefix: str, stored: str | bytes) -> str:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from graphrag_pipeline.lib.core.ids import hex_bytes
+from graphrag_pipeline.lib.core.ids import hashed_id_bytes, hex_bytes
 from graphrag_pipeline.lib.stores.sqlite_files import DamagedStoreError, naming_damage
 from graphrag_pipeline.lib.stores.state.sql import (
     _INDEXED_POINTS_BY_SHARD,
@@ -39,14 +39,12 @@ def _stored_digest(digest: str | bytes) -> str | bytes:
 
 
 def _stored_id(kind: str, identifier: str | bytes) -> str | bytes:
-    """An id of the rows of ``kind`` as SQLite keeps it (see ``SQLStateStore._stored_id``): the pipeline's own (the
-    kind's prefix and hex digits) as their bytes, any other (an import's, a test's) and one kept so already (a
-    migration's second pass) as it is."""
+    """An id of the rows of ``kind`` as SQLite keeps it (see ``SQLStateStore._stored_id``): one the pipeline made as
+    its bytes (``hashed_id_bytes``), any other (an import's, a test's) and one kept so already (a migration's second
+    pass) as it is."""
     prefix = ID_PREFIXES.get(kind)
-    if isinstance(identifier, str) and prefix and identifier.startswith(prefix):
-        packed = hex_bytes(identifier[len(prefix):])
-        if packed:
-            return packed
+    if prefix and isinstance(identifier, str):
+        return hashed_id_bytes(identifier, prefix) or identifier
     return identifier
 
 
