@@ -140,8 +140,8 @@ def _element_rows(state: StateStore, kind: str, columns: tuple[str, ...]) -> lis
     readers (pandas, duckdb); a relationship also names its ends (``source``, ``target``) beside their ids, which
     join ``entities.element_id``."""
     rows = []
-    digests, payloads = state.element_hashes(kind), state.element_payloads(kind)
-    for element_id in sorted(payloads):
+    payloads, digests = state.element_payloads(kind), state.element_hashes(kind)
+    for element_id in sorted(payloads.keys() & digests.keys()):  # two reads: a build may write between them
         data = payloads[element_id]
         # The JSON the merge wrote (its keys sorted, `element_payload`), which its content hash is of.
         payload = orjson.dumps(data, option=orjson.OPT_SORT_KEYS).decode()
