@@ -279,3 +279,45 @@ def test_hybrid_keeps_spotter_entities_while_the_model_is_down_and_adds_the_mode
 
 def predicates(ws) -> set[str]:
     return {p for r in ws.state.element_payloads("relationship").values() for p in r["predicates"]}
+
+
+def test_a_community_report_the_model_failed_is_asked_for_again_on_the_next_run(tmp_path):
+    """A failed report leaves the extractive summary, stored without the inputs that would let the next run keep it
+    unread: that run reads its members again, finds the model's report missing and asks for it."""
+    from graphrag_pipeline.lib.compose.workspace import Workspace
+    from graphrag_pipeline.lib.stages import build_everything, summarize_communities
+    from graphrag_pipeline_tests.conftest import folder_settings
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name, text in DOCUMENTS.items():
+        if name != "broken.md":
+            (corpus / name).write_text(text)
+    reports_answered = False
+
+    def model(request: dict) -> str:
+        if prompt_of(request).startswith("You write a report on one community") and not reports_answered:
+            return "no report today"
+        return scripted_model(request)
+
+    server = FakeLLMServer().start()
+    try:
+        server.chat_responder = model
+        settings = folder_settings(
+            tmp_path / "index", corpus, extraction={"extractor": "llm"},
+            summaries={"summarizer": "llm", "report_levels": [0, 1, 2, 3]}, communities={"min_size": 2},
+            # Uncached: a cached unusable answer would be the answer again.
+            llm={"base_url": server.base_url, "max_retries": 0, "timeout_seconds": 2.0, "cache": False},
+        )
+        with Workspace(settings) as ws:
+            failed = {r.stage: r for r in build_everything(ws)}["community_summaries"].counts
+            reports_answered = True
+            asked_again = summarize_communities(ws).counts
+            titles = [s["title"] for s in ws.state.payloads(COMMUNITY_SUMMARY_PAYLOADS).values()]
+            settled = summarize_communities(ws).counts
+    finally:
+        server.stop()
+    assert failed["llm_report_failures"] >= 1 and failed["llm_reports"] == 0
+    assert asked_again["llm_reports"] == failed["llm_report_failures"] and asked_again["llm_report_failures"] == 0
+    assert titles and all(title.startswith("Report on ") for title in titles)
+    assert (settled["inputs_changed"], settled["summarized"]) == (0, 0)

@@ -23,12 +23,14 @@ from graphrag_pipeline.lib.core.models import EntityMention
 from graphrag_pipeline.lib.embed.embedders import bundled_model_path
 from graphrag_pipeline.lib.embed.onnx_encoder import OnnxEmbedder
 from graphrag_pipeline.lib.extract.offline import OfflineExtractor
-from graphrag_pipeline.lib.stages import STAGES, build_everything, stage, summarize_elements, sync_graph, vectors
+from graphrag_pipeline.lib.stages import (
+    STAGES, build_everything, stage, summarize_communities, summarize_elements, sync_graph, vectors,
+)
 from graphrag_pipeline.lib.stages.communities import FULL_RUN_MARK
 from graphrag_pipeline.lib.stages.report import StageReport
 from graphrag_pipeline.lib.stages.vectors import GLOBAL_SHARD, sync_points
 from graphrag_pipeline.lib.stores.protocols import CHUNKS, COMMUNITIES, ENTITIES
-from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS
+from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS, COMMUNITY_SUMMARY_PAYLOADS, payload_json
 from graphrag_pipeline_tests.conftest import SAMPLE_CORPUS, folder_settings
 from graphrag_pipeline_tests.conftest import build as build_with
 from graphrag_pipeline_tests.index_snapshot import assert_same_index, index_snapshot
@@ -187,6 +189,11 @@ def test_the_merge_and_the_graph_sync_read_only_what_the_edit_touched(synced):
     assert 0 < graph["chunk_mentions_written"] < chunks / 2
 
 
+def test_the_summaries_read_the_members_only_of_communities_whose_inputs_changed(synced):
+    summaries = synced["edit_reports"]["community_summaries"].counts
+    assert summaries["summarized"] <= summaries["inputs_changed"] < summaries["communities"] / 2
+
+
 def test_a_deleted_document_leaves_nothing_derived_only_from_it(synced):
     before, after = synced["after_edit"], synced["after_delete"]
     doc_id = f"rb:{DELETED}"
@@ -313,3 +320,38 @@ def test_a_graph_sync_stopped_half_way_makes_the_next_one_whole(tmp_path):
         assert (again["whole_sync"], again["entities_written"]) == (1, 0)
         assert again["entities_upserted"] >= 1  # the new entities' points, which the stopped sync did not write
         assert sync_graph(ws).counts["whole_sync"] == 0
+
+
+def test_a_retitled_document_rewrites_the_summaries_naming_it_as_reading_every_member_would(tmp_path):
+    """A document's title changes no entity, but the summaries naming it among their sources change: the run that
+    reads only the members of communities whose inputs changed writes what a run reading every member writes."""
+    settings = built_from_three_runbooks(tmp_path)
+    with Workspace(settings) as ws:
+        before = ws.state.payloads(COMMUNITY_SUMMARY_PAYLOADS)
+        documents = ws.state.documents()
+        naming = {d.doc_id: {cid for cid, s in before.items() if _sources_line(s).count(d.title)} for d in documents}
+        document = max(documents, key=lambda d: len(naming[d.doc_id]))
+        assert naming[document.doc_id]
+        ws.state.upsert_documents([dataclasses.replace(document, title="Renamed runbook")],
+                                  {document.doc_id: stable_shard(document.doc_id, settings.shard_count)})
+        retitled = summarize_communities(ws).counts
+        after = ws.state.payloads(COMMUNITY_SUMMARY_PAYLOADS)
+
+        assert retitled["summarized"] == len(naming[document.doc_id])
+        assert retitled["inputs_changed"] == sum(document.doc_id in s["written_from"] for s in before.values())
+        for cid in naming[document.doc_id]:
+            assert "Renamed runbook" in _sources_line(after[cid]) and document.title not in _sources_line(after[cid])
+        assert all(after[cid] == s for cid, s in before.items() if document.doc_id not in s["written_from"])
+
+        # Forgotten inputs: every member is read again, and nothing is rewritten but the inputs themselves.
+        hashes = ws.state.payload_hashes(COMMUNITY_SUMMARY_PAYLOADS)
+        ws.state.write_payloads(COMMUNITY_SUMMARY_PAYLOADS, {
+            cid: (hashes[cid], payload_json({k: v for k, v in s.items() if k != "inputs"})) for cid, s in after.items()})
+        everything = summarize_communities(ws).counts
+        assert (everything["summarized"], everything["inputs_changed"]) == (0, everything["communities"])
+        assert ws.state.payloads(COMMUNITY_SUMMARY_PAYLOADS) == after
+        assert summarize_communities(ws).counts["inputs_changed"] == 0
+
+
+def _sources_line(summary: dict) -> str:
+    return next((line for line in summary["summary"].splitlines() if line.startswith("From: ")), "")

@@ -5,18 +5,20 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections import defaultdict
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
+import orjson
 
 from graphrag_pipeline.lib.algorithms.communities import (
+    SUMMARY_RULE_VERSION,
     community_content_hash,
     source_titles_of,
     summarize_community_extractively,
 )
 from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.config import PipelineSettings
-from graphrag_pipeline.lib.core.ids import content_hash
+from graphrag_pipeline.lib.core.ids import content_hash, short_hash
 from graphrag_pipeline.lib.core.models import Community, CommunitySummary, Entity, Relationship
 from graphrag_pipeline.lib.stages.communities import community_from_payload
 from graphrag_pipeline.lib.stages.embeddings import chunk_embedding_text
@@ -50,14 +52,14 @@ def summarize_communities(ws: Workspace) -> StageReport:
     with report.timed("diff"):
         plan = _plan(ws)
     written = _write_summaries(ws, plan, report)
-    ws.state.write_payloads(
-        COMMUNITY_SUMMARY_PAYLOADS,
-        {cid: (plan.hashes[cid], payload_json({**summary.to_dict(), "written_from": plan.written_from(cid)}))
-         for cid, summary in written.items()},
-        plan.changes.removed)
-    summaries = ws.state.payloads(COMMUNITY_SUMMARY_PAYLOADS)
+    with report.timed("store"):
+        stored = plan.payloads(written)
+        ws.state.write_payloads(COMMUNITY_SUMMARY_PAYLOADS, stored, plan.changes.removed)
+        summaries = {cid: summary for cid, summary in plan.stored.items() if cid not in plan.changes.removed}
+        summaries = dict(sorted({**summaries, **{cid: orjson.loads(text) for cid, (_, text) in stored.items()}}.items()))
     _index_summaries(ws, plan, summaries, report)
-    report.counts.update(communities=len(plan.communities), summarized=len(plan.changes.changed),
+    report.counts.update(communities=len(plan.communities), inputs_changed=len(plan.inputs),
+                         summarized=len(plan.changes.changed),
                          reused=len(plan.communities) - len(plan.changes.changed), removed=len(plan.changes.removed))
     report.counts["withdrawn_forgotten"] = _forget_withdrawn(ws, summaries)
     report.counts["embeddings_forgotten"] = _forget_unused_embeddings(ws, summaries)
@@ -73,15 +75,22 @@ class _SummaryPlan:
     """The communities to summarize and what their summaries are written from."""
 
     communities: list[Community]  # every community large enough to summarize
-    entities: dict[str, Entity]  # their members
-    sources: dict[str, list[str]]  # community id -> the titles of the documents most members come from
+    stored: dict[str, dict]  # community id -> its stored summary
+    entities: dict[str, Entity]  # the members of the communities whose inputs changed (``inputs``)
+    sources: dict[str, list[str]]  # community id -> the titles of the documents most members come from (as entities)
     hashes: dict[str, str]  # community id -> the content hash its summary is stored under
+    inputs: dict[str, str]  # community id -> ``summary_inputs``, of the communities whose inputs changed
     reported_by_llm: set[str]  # the communities whose summary the model writes
     changes: Changes  # the communities whose hash changed, and the summaries of those that are gone
+    # Communities whose summary is not the one their hash asks for (the model failed): stored without their inputs,
+    # so the next run reads their members again, finds the model's hash missing and asks again.
+    unsettled: set[str] = dataclasses.field(default_factory=set)
 
     def written_from(self, community_id: str) -> list[str]:
         """Every document a community's summary is written from: the query module shows a summary only to a caller
         who may read all of them, and the stage's sample only what unrestricted documents alone give."""
+        if community_id not in self.inputs:  # its members' records are unchanged, and so are their documents
+            return self.stored[community_id]["written_from"]
         members = self.by_id[community_id].entity_ids
         return sorted({d for eid in members for d in self.entities[eid].doc_ids})
 
@@ -89,32 +98,69 @@ class _SummaryPlan:
     def by_id(self) -> dict[str, Community]:
         return {c.community_id: c for c in self.communities}
 
+    def payloads(self, written: dict[str, CommunitySummary]) -> dict[str, tuple[str, str]]:
+        """What to store: each written summary, and each kept one whose inputs changed without changing it, with
+        those inputs (so the next run reads none of its members)."""
+        kept = {cid: (self.hashes[cid], payload_json({**self.stored[cid], "inputs": self.inputs[cid]}))
+                for cid in self.inputs if cid not in written and cid in self.stored
+                and self.stored[cid].get("inputs") != self.inputs[cid]}
+        return kept | {cid: (self.hashes[cid], payload_json({**summary.to_dict(), "written_from": self.written_from(cid),
+                                                               "inputs": None if cid in self.unsettled
+                                                               else self.inputs[cid]}))
+                       for cid, summary in written.items()}
+
+
+def summary_inputs(community: Community, member_hashes: Mapping[str, str], summarizer: str,
+                   written_from: Sequence[str], titles: Mapping[str, str]) -> str:
+    """What a community's summary is written from, hashed cheaply: its members' records (by the hash the graph stage
+    synced each under), the titles of their documents and the summarizer. Equal inputs give an equal content hash
+    (``community_content_hash`` reads only those records and titles), so a run re-reads only the members of the
+    communities whose inputs changed."""
+    return short_hash(str(SUMMARY_RULE_VERSION), summarizer, community.community_id,
+                      *(member_hashes.get(eid, "") for eid in sorted(community.entity_ids)), "|",
+                      *(titles.get(doc, "") for doc in written_from))
+
 
 def _plan(ws: Workspace) -> _SummaryPlan:
-    """Which communities changed: their members' records and sources, and the summarizer, hashed."""
+    """Which communities changed: their members' records and sources, and the summarizer, hashed; the records are
+    read only for the communities whose ``summary_inputs`` differ from those their stored summary recorded."""
     from graphrag_pipeline.lib.llm.summaries import report_version
 
     config = ws.settings.communities
     communities = [c for c in (community_from_payload(p) for p in ws.state.payloads(COMMUNITY_PAYLOADS).values())
                    if len(c.entity_ids) >= config.min_size]
-    # Read from the graph store, which the graph stage has made equal to the merged elements: its records are the
-    # fields a summary reads, without the payloads' description parts (a third of the time of a re-sync).
-    entities = ws.graph_store.get_entities({eid for c in communities for eid in c.entity_ids})
+    stored = ws.state.payloads(COMMUNITY_SUMMARY_PAYLOADS)
+    stored_hashes = ws.state.payload_hashes(COMMUNITY_SUMMARY_PAYLOADS)
     reported_by_llm = {c.community_id for c in communities
                        if ws.settings.summaries.summarizer == "llm" and c.level in ws.settings.summaries.report_levels}
     # The summarizer (model, prompt version, input budget) is part of a summary's identity: changing it redoes
     # exactly the summaries it writes.
     summarizer_key = f"llm:{ws.settings.llm.provider}:{ws.settings.llm.model}:{report_version(ws.settings.summaries)}"
-    titles = ws.state.document_titles({doc for c in communities for eid in c.entity_ids
-                                       for doc in entities[eid].doc_ids})
-    sources = {c.community_id: source_titles_of(c, entities, titles) for c in communities}
-    hashes = {}
-    for c in communities:
+    summarizer = {c.community_id: summarizer_key if c.community_id in reported_by_llm else "extractive"
+                  for c in communities}
+    member_hashes = ws.state.element_hashes("entity", table="synced")
+    titles = ws.state.document_titles({d for c in communities if c.community_id in stored
+                                       for d in stored[c.community_id].get("written_from", ())})
+    kept = {c.community_id for c in communities
+            if (recorded := stored.get(c.community_id, {}).get("inputs")) is not None and recorded == summary_inputs(
+                c, member_hashes, summarizer[c.community_id], stored[c.community_id]["written_from"], titles)}
+    rechecked = [c for c in communities if c.community_id not in kept]
+    # Read from the graph store, which the graph stage has made equal to the merged elements: its records are the
+    # fields a summary reads, without the payloads' description parts.
+    entities = ws.graph_store.get_entities({eid for c in rechecked for eid in c.entity_ids})
+    titles.update(ws.state.document_titles({doc for c in rechecked for eid in c.entity_ids
+                                            for doc in entities[eid].doc_ids} - titles.keys()))
+    sources = {c.community_id: source_titles_of(c, entities, titles) for c in rechecked}
+    hashes = {cid: stored_hashes[cid] for cid in kept}
+    inputs = {}
+    for c in rechecked:
         extractive = community_content_hash(c, entities, sources[c.community_id])
         hashes[c.community_id] = (content_hash(extractive, summarizer_key) if c.community_id in reported_by_llm
                                   else extractive)
-    changes = Changes.between(hashes, ws.state.payload_hashes(COMMUNITY_SUMMARY_PAYLOADS))
-    return _SummaryPlan(communities, entities, sources, hashes, reported_by_llm, changes)
+        written_from = sorted({d for eid in c.entity_ids for d in entities[eid].doc_ids})
+        inputs[c.community_id] = summary_inputs(c, member_hashes, summarizer[c.community_id], written_from, titles)
+    changes = Changes.between(hashes, stored_hashes)
+    return _SummaryPlan(communities, stored, entities, sources, hashes, inputs, reported_by_llm, changes)
 
 
 def _write_summaries(ws: Workspace, plan: _SummaryPlan, report: StageReport) -> dict[str, CommunitySummary]:
@@ -152,6 +198,7 @@ def _write_summaries(ws: Workspace, plan: _SummaryPlan, report: StageReport) -> 
             else:
                 plan.hashes[community.community_id] = community_content_hash(
                     community, plan.entities, plan.sources[community.community_id])
+                plan.unsettled.add(community.community_id)
         report.counts["llm_reports"] = sum(r is not None for r in reports)
         report.counts["llm_report_failures"] = sum(r is None for r in reports)
     return written
@@ -162,7 +209,7 @@ def _index_summaries(ws: Workspace, plan: _SummaryPlan, summaries: dict[str, dic
     wanted = {
         # The text keys the point: a new title or summary (new chunks behind it) gives it a new vector.
         cid: (GLOBAL_SHARD, "\n".join([s["title"], s["summary"], *s["chunk_ids"][:COMMUNITY_VECTOR_CHUNKS]]),
-              {"doc_ids": (plan.written_from(cid) if cid in plan.by_id else [])[:200],
+              {"doc_ids": (s["written_from"] if cid in plan.by_id else [])[:200],
                "level": s["level"], "title": s["title"]})
         for cid, s in summaries.items()
     }
