@@ -311,17 +311,23 @@ def _field_names(element_type: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(element_type))
 
 
-def entity_from_payload(data: dict) -> Entity:
+def entity_from_payload(data: dict, provenance: bool = True) -> Entity:
+    """``provenance=False``: without the description parts, which no graph store keeps (reading them back was a
+    third of the time the graph stage spent reading a build's elements)."""
     return Entity(**{**data, "chunk_ids": tuple(data["chunk_ids"]), "doc_ids": tuple(data["doc_ids"]),
                      "aliases": tuple(data.get("aliases", ())),
-                     "description_parts": _parts_from_json(data.get("description_parts", ()))})
+                     "description_parts": _parts_from_json(data.get("description_parts", ())) if provenance else ()})
 
 
-def relationship_from_payload(data: dict) -> Relationship:
+def relationship_from_payload(data: dict, provenance: bool = True) -> Relationship:
+    """``provenance=False``: without the description parts and the documents of each predicate (see
+    ``entity_from_payload``)."""
     return Relationship(**{**data, "chunk_ids": tuple(data["chunk_ids"]), "doc_ids": tuple(data["doc_ids"]),
                            "predicates": tuple(data.get("predicates", ())),
-                           "description_parts": _parts_from_json(data.get("description_parts", ())),
-                           "predicate_doc_ids": tuple(tuple(docs) for docs in data.get("predicate_doc_ids", ()))})
+                           "description_parts": _parts_from_json(data.get("description_parts", ())) if provenance
+                           else (),
+                           "predicate_doc_ids": tuple(tuple(docs) for docs in data.get("predicate_doc_ids", ()))
+                           if provenance else ()})
 
 
 def _parts_from_json(parts: Sequence) -> tuple[tuple[str, tuple[str, ...]], ...]:

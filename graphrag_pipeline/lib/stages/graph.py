@@ -72,7 +72,7 @@ def _write(
 ) -> None:
     graph = ws.graph_store
     with report.timed("read"):
-        entities = {eid: entity_from_payload(p)
+        entities = {eid: entity_from_payload(p, provenance=False)
                     for eid, p in ws.state.element_payloads("entity", None if whole else changed["entity"]).items()}
         if whole:
             mentions, scope = _mentions_of(entities.values()), None
@@ -101,7 +101,8 @@ def _write(
         for start in range(0, len(changed["relationship"]), 5000):
             ids = changed["relationship"][start : start + 5000]
             graph.upsert_relationships(
-                [relationship_from_payload(p) for p in ws.state.element_payloads("relationship", ids).values()]
+                [relationship_from_payload(p, provenance=False)
+                 for p in ws.state.element_payloads("relationship", ids).values()]
             )
             crash_point("graph:relationships-written")
             ws.state.record_synced("relationship", {r: current["relationship"][r] for r in ids}, [])

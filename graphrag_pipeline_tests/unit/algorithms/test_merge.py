@@ -1,7 +1,13 @@
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
-from graphrag_pipeline.lib.algorithms.merge import ElementKeys, element_payload, entity_from_payload, merge_extractions
+from graphrag_pipeline.lib.algorithms.merge import (
+    ElementKeys,
+    element_payload,
+    entity_from_payload,
+    merge_extractions,
+    relationship_from_payload,
+)
 from graphrag_pipeline.lib.core.config import load_settings
 from graphrag_pipeline.lib.core.ids import content_hash, entity_id, normalize_name
 from graphrag_pipeline.lib.core.models import ChunkExtraction, EntityMention, RelationMention
@@ -92,7 +98,7 @@ def test_relation_endpoints_become_entities_and_self_loops_are_dropped():
 def test_merge_is_independent_of_input_order_and_round_trips():
     items = [
         ("d1", extraction("c1", [("Alpha", "PERSON", "one"), ("Beta", "PERSON", "two")],
-                          [("Alpha", "Beta", "RELATED_TO", "", "s", 1.0)])),
+                          [("Alpha", "Beta", "RELATED_TO", "pays", "s", 1.0)])),
         ("d2", extraction("c2", [("Beta", "ORGANIZATION", "three")])),
     ]
     forward = merge_extractions(items, ONTOLOGY)
@@ -102,6 +108,13 @@ def test_merge_is_independent_of_input_order_and_round_trips():
     digest, payload = element_payload(entity)
     assert entity_from_payload(json.loads(payload)) == entity
     assert digest == element_payload(backward[0][0])[0]
+    relationship = forward[1][0]
+    assert relationship_from_payload(json.loads(element_payload(relationship)[1])) == relationship
+    # What the graph stores are given: every field but the provenance of descriptions and predicates.
+    assert entity.description_parts and relationship.description_parts and relationship.predicate_doc_ids
+    assert entity_from_payload(json.loads(payload), provenance=False) == replace(entity, description_parts=())
+    assert relationship_from_payload(json.loads(element_payload(relationship)[1]), provenance=False) == replace(
+        relationship, description_parts=(), predicate_doc_ids=())
 
 
 def test_an_entity_named_by_a_relationship_before_its_mention_merges_as_one_named_first():
