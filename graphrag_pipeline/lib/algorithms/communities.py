@@ -91,16 +91,17 @@ def update_communities(
                 *(kept_members.get(child, frozenset()) for child in community.child_ids))
     new_ids = {c.community_id: community_id(c.level, kept_members[c.community_id])
                for c in previous if kept_members[c.community_id]}
+    # A leaf is kept whole or not at all, so a kept one keeps the edges hash it was just checked against.
     rebuilt = [
         Community(new_ids[c.community_id], c.level, new_ids.get(c.parent_id) if c.parent_id else None,
                   tuple(sorted(kept_members[c.community_id])),
-                  tuple(sorted(new_ids[child] for child in c.child_ids if child in new_ids)))
+                  tuple(sorted(new_ids[child] for child in c.child_ids if child in new_ids)), c.edges_hash)
         for c in previous if c.community_id in new_ids
     ]
     placed = {entity_id for community in rebuilt for entity_id in community.entity_ids}
     region = [(a, b, w) for a, b, w in graph if a not in placed and b not in placed]
     combined = {community.community_id: community
-                for community in _with_edge_hashes([*rebuilt, *_leiden(region, max_cluster_size, seed)], adjacency)}
+                for community in [*rebuilt, *_with_edge_hashes(_leiden(region, max_cluster_size, seed), adjacency)]}
     ordered = sorted(combined.values(), key=lambda community: (community.level, community.community_id))
     return CommunityUpdate(ordered, kept=sum(old == new for old, new in new_ids.items()),
                            reclustered_entities=len(set(adjacency) - placed))

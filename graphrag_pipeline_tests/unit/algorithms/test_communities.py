@@ -1,5 +1,6 @@
 import itertools
 import json
+from collections import defaultdict
 from dataclasses import replace
 
 import pytest
@@ -8,6 +9,7 @@ from graphrag_pipeline.lib.algorithms.communities import (
     community_content_hash,
     community_id,
     detect_communities,
+    incident_edges_hash,
     source_titles_of,
     summarize_community_extractively,
     update_communities,
@@ -114,6 +116,14 @@ def test_a_change_deep_in_the_hierarchy_keeps_the_other_leaves_and_a_consistent_
         assert all(by_id[child].parent_id == community.community_id for child in community.child_ids)
     tops = [set(c.entity_ids) for c in update.communities if c.level == 0]
     assert sum(len(t) for t in tops) == len(set().union(*tops)) == len({e for a, b, _ in edges for e in (a, b)})
+    # Every leaf, kept or re-formed, carries the hash of its edges now, and only leaves carry one.
+    adjacency = defaultdict(dict)
+    for a, b, w in changed:
+        adjacency[a][b] = adjacency[b][a] = w
+    for community in update.communities:
+        expected = "" if community.child_ids else incident_edges_hash(community.entity_ids, adjacency)
+        assert community.edges_hash == expected
+    assert update_communities(update.communities, changed, max_cluster_size=4, seed=42).kept == len(update.communities)
 
 
 def test_new_entities_form_communities_of_their_own_and_removed_ones_leave():
