@@ -88,8 +88,9 @@ class ReadCounter:
 
 
 def _latencies(settings, embedder, questions, repeats: int, reads: ReadCounter,
-               ) -> tuple[dict[str, list[float]], dict[str, list[int]], list[str]]:
+               ) -> tuple[dict[str, list[float]], dict[str, list[int]], list[str], dict[str, dict[str, list[float]]]]:
     times: dict[str, list[float]] = {mode: [] for mode in MODES}
+    steps: dict[str, dict[str, list[float]]] = {mode: defaultdict(list) for mode in MODES}
     round_trips: dict[str, list[int]] = {mode: [] for mode in MODES}
     tops = []
     with open_index(settings=settings, embedder=embedder) as index:
@@ -103,9 +104,11 @@ def _latencies(settings, embedder, questions, repeats: int, reads: ReadCounter,
                     response = index.query(question, mode=mode)
                     times[mode].append((time.perf_counter() - started) * 1000)
                     round_trips[mode].append(reads.statements - before)
+                    for step, ms in response.timings_ms.items():
+                        steps[mode][step].append(ms)
                     if mode == "hybrid" and len(tops) < len(questions):
                         tops.append(response.results[0].doc_id if response.results else "")
-    return times, round_trips, tops
+    return times, round_trips, tops, steps
 
 
 def main() -> None:
@@ -132,19 +135,20 @@ def main() -> None:
             "qdrant": {"path": str(Path(scratch) / "qdrant")}})
         for name, settings in (("embedded", embedded), ("PostgreSQL + Bolt + qdrant-client", servers)):
             stages = _build(settings, embedder)
-            times, round_trips, tops = _latencies(settings, embedder, QUESTIONS, args.repeats, reads)
-            rows[name] = (stages, times, round_trips, tops)
+            rows[name] = (stages, *_latencies(settings, embedder, QUESTIONS, args.repeats, reads))
         stop_arcadedb_bolt_server()
-    for name, (stages, times, round_trips, _) in rows.items():
+    for name, (stages, times, round_trips, _, steps) in rows.items():
         print(f"\n{name}: build {stages.pop('total'):.1f} s — " + ", ".join(f"{k} {v:.1f}" for k, v in stages.items()))
         for mode, values in times.items():
             print(f"  {mode:7s} p50 {np.percentile(values, 50):7.1f} ms   p95 {np.percentile(values, 95):7.1f} ms"
                   f"   ({len(values)} queries)   Bolt statements per question: median "
                   f"{np.median(round_trips[mode]):.0f}, max {max(round_trips[mode])}")
+            print("          steps p50: " + " · ".join(f"{step} {np.percentile(ms, 50):.1f}"
+                                                      for step, ms in steps[mode].items()))
     print("\nBolt read transactions over the server's questions, by their first statement:")
     for label, values in sorted(reads.milliseconds.items(), key=lambda item: -sum(item[1])):
         print(f"  {len(values):5d} × median {np.median(values):6.1f} ms, {sum(values):8.0f} ms in all   {label}")
-    (_, _, _, first), (_, _, _, second) = rows.values()
+    (_, _, _, first, _), (_, _, _, second, _) = rows.values()
     print(f"\nsame top hybrid document for {sum(a == b for a, b in zip(first, second))} of {len(first)} questions")
 
 
