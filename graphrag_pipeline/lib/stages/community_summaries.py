@@ -77,7 +77,7 @@ class _SummaryPlan:
     communities: list[Community]  # every community large enough to summarize
     stored: dict[str, dict]  # community id -> its stored summary
     entities: dict[str, Entity]  # the members of the communities whose inputs changed (``inputs``)
-    sources: dict[str, list[str]]  # community id -> the titles of the documents most members come from (as entities)
+    sources: dict[str, list[str]]  # of those communities: the titles of the documents most members come from
     hashes: dict[str, str]  # community id -> the content hash its summary is stored under
     inputs: dict[str, str]  # community id -> ``summary_inputs``, of the communities whose inputs changed
     reported_by_llm: set[str]  # the communities whose summary the model writes
