@@ -353,5 +353,19 @@ def test_a_retitled_document_rewrites_the_summaries_naming_it_as_reading_every_m
         assert summarize_communities(ws).counts["inputs_changed"] == 0
 
 
+def test_new_limits_for_extractive_summaries_rewrite_every_summary_once(tmp_path):
+    settings = built_from_three_runbooks(tmp_path)
+    with Workspace(settings) as ws:
+        before = ws.state.payloads(COMMUNITY_SUMMARY_PAYLOADS)
+    shorter = settings.with_overrides(communities={"summary_sentences": 1})
+    with Workspace(shorter) as ws:
+        rewritten = summarize_communities(ws).counts
+        after = ws.state.payloads(COMMUNITY_SUMMARY_PAYLOADS)
+        again = summarize_communities(ws).counts
+    assert rewritten["summarized"] == rewritten["communities"] == len(before) > 0
+    assert sum(len(s["summary"]) for s in after.values()) < sum(len(s["summary"]) for s in before.values())
+    assert (again["inputs_changed"], again["summarized"]) == (0, 0)
+
+
 def _sources_line(summary: dict) -> str:
     return next((line for line in summary["summary"].splitlines() if line.startswith("From: ")), "")

@@ -133,10 +133,13 @@ def _plan(ws: Workspace) -> _SummaryPlan:
     stored_hashes = ws.state.payload_hashes(COMMUNITY_SUMMARY_PAYLOADS)
     reported_by_llm = {c.community_id for c in communities
                        if ws.settings.summaries.summarizer == "llm" and c.level in ws.settings.summaries.report_levels}
-    # The summarizer (model, prompt version, input budget) is part of a summary's identity: changing it redoes
-    # exactly the summaries it writes.
+    # The summarizer is part of a summary's identity: changing the model, its prompt version or its input budget redoes
+    # exactly the summaries the model writes, and changing the extractive summary's limits or the types that lead a
+    # title only when alone redoes the others.
     summarizer_key = f"llm:{ws.settings.llm.provider}:{ws.settings.llm.model}:{report_version(ws.settings.summaries)}"
-    summarizer = {c.community_id: summarizer_key if c.community_id in reported_by_llm else "extractive"
+    extractive_key = (f"extractive:{config.top_entities}:{config.summary_sentences}:"
+                      + ",".join(sorted(generic_entity_types(ws.settings))))
+    summarizer = {c.community_id: summarizer_key if c.community_id in reported_by_llm else extractive_key
                   for c in communities}
     member_hashes = ws.state.element_hashes("entity", table="synced")
     titles = ws.state.document_titles({d for c in communities if c.community_id in stored
@@ -154,9 +157,8 @@ def _plan(ws: Workspace) -> _SummaryPlan:
     hashes = {cid: stored_hashes[cid] for cid in kept}
     inputs = {}
     for c in rechecked:
-        extractive = community_content_hash(c, entities, sources[c.community_id])
-        hashes[c.community_id] = (content_hash(extractive, summarizer_key) if c.community_id in reported_by_llm
-                                  else extractive)
+        hashes[c.community_id] = content_hash(community_content_hash(c, entities, sources[c.community_id]),
+                                              summarizer[c.community_id])
         written_from = sorted({d for eid in c.entity_ids for d in entities[eid].doc_ids})
         inputs[c.community_id] = summary_inputs(c, member_hashes, summarizer[c.community_id], written_from, titles)
     changes = Changes.between(hashes, stored_hashes)
