@@ -24,7 +24,13 @@ from graphrag_pipeline.lib.embed.embedders import bundled_model_path
 from graphrag_pipeline.lib.embed.onnx_encoder import OnnxEmbedder
 from graphrag_pipeline.lib.extract.offline import OfflineExtractor
 from graphrag_pipeline.lib.stages import (
-    STAGES, build_everything, stage, summarize_communities, summarize_elements, sync_graph, vectors,
+    STAGES,
+    build_everything,
+    stage,
+    summarize_communities,
+    summarize_elements,
+    sync_graph,
+    vectors,
 )
 from graphrag_pipeline.lib.stages.communities import FULL_RUN_MARK
 from graphrag_pipeline.lib.stages.report import StageReport
@@ -312,8 +318,8 @@ def test_a_graph_sync_stopped_half_way_makes_the_next_one_whole(tmp_path):
             raise Stopped(point)
 
     with Workspace(settings) as ws:
-        for stage in STAGES[:5]:
-            stage.execute(ws, range(settings.shard_count))
+        for earlier in STAGES[:5]:
+            earlier.execute(ws, range(settings.shard_count))
         with faults.watching(stop_before_the_points), pytest.raises(Stopped):
             sync_graph(ws)
         again = sync_graph(ws).counts
@@ -329,7 +335,8 @@ def test_a_retitled_document_rewrites_the_summaries_naming_it_as_reading_every_m
     with Workspace(settings) as ws:
         before = ws.state.payloads(COMMUNITY_SUMMARY_PAYLOADS)
         documents = ws.state.documents()
-        naming = {d.doc_id: {cid for cid, s in before.items() if _sources_line(s).count(d.title)} for d in documents}
+        naming = {d.doc_id: {cid for cid, s in before.items() if d.title and d.title in _sources_line(s)}
+                  for d in documents}
         document = max(documents, key=lambda d: len(naming[d.doc_id]))
         assert naming[document.doc_id]
         ws.state.upsert_documents([dataclasses.replace(document, title="Renamed runbook")],
