@@ -8,7 +8,6 @@ from collections import defaultdict
 from typing import Mapping, Sequence
 
 import numpy as np
-import orjson
 
 from graphrag_pipeline.lib.algorithms.communities import (
     SUMMARY_RULE_VERSION,
@@ -53,11 +52,13 @@ def summarize_communities(ws: Workspace) -> StageReport:
         plan = _plan(ws)
     written = _write_summaries(ws, plan, report)
     with report.timed("store"):
-        stored = plan.payloads(written)
-        ws.state.write_payloads(COMMUNITY_SUMMARY_PAYLOADS, stored, plan.changes.removed)
+        stored = plan.to_store(written)
+        ws.state.write_payloads(COMMUNITY_SUMMARY_PAYLOADS,
+                                {cid: (digest, payload_json(summary)) for cid, (digest, summary) in stored.items()},
+                                plan.changes.removed)
         summaries = {cid: summary for cid, summary in plan.stored.items() if cid not in plan.changes.removed}
-        summaries = dict(sorted({**summaries, **{cid: orjson.loads(text) for cid, (_, text) in stored.items()}}.items()))
-    _index_summaries(ws, plan, summaries, report)
+        summaries = dict(sorted({**summaries, **{cid: summary for cid, (_, summary) in stored.items()}}.items()))
+    _index_summaries(ws, summaries, report)
     report.counts.update(communities=len(plan.communities), inputs_changed=len(plan.inputs),
                          summarized=len(plan.changes.changed),
                          reused=len(plan.communities) - len(plan.changes.changed), removed=len(plan.changes.removed))
@@ -80,6 +81,7 @@ class _SummaryPlan:
     sources: dict[str, list[str]]  # of those communities: the titles of the documents most members come from
     hashes: dict[str, str]  # community id -> the content hash its summary is stored under
     inputs: dict[str, str]  # community id -> ``summary_inputs``, of the communities whose inputs changed
+    documents: dict[str, list[str]]  # of those communities: the documents their members come from, sorted
     reported_by_llm: set[str]  # the communities whose summary the model writes
     changes: Changes  # the communities whose hash changed, and the summaries of those that are gone
     # Communities whose summary is not the one their hash asks for (the model failed): stored without their inputs,
@@ -89,24 +91,22 @@ class _SummaryPlan:
     def written_from(self, community_id: str) -> list[str]:
         """Every document a community's summary is written from: the query module shows a summary only to a caller
         who may read all of them, and the stage's sample only what unrestricted documents alone give."""
-        if community_id not in self.inputs:  # its members' records are unchanged, and so are their documents
-            return self.stored[community_id]["written_from"]
-        members = self.by_id[community_id].entity_ids
-        return sorted({d for eid in members for d in self.entities[eid].doc_ids})
+        if community_id in self.documents:
+            return self.documents[community_id]
+        return self.stored[community_id]["written_from"]  # its members' records are unchanged, and so their documents
 
     @functools.cached_property
     def by_id(self) -> dict[str, Community]:
         return {c.community_id: c for c in self.communities}
 
-    def payloads(self, written: dict[str, CommunitySummary]) -> dict[str, tuple[str, str]]:
-        """What to store: each written summary, and each kept one whose inputs changed without changing it, with
-        those inputs (so the next run reads none of its members)."""
-        kept = {cid: (self.hashes[cid], payload_json({**self.stored[cid], "inputs": self.inputs[cid]}))
+    def to_store(self, written: dict[str, CommunitySummary]) -> dict[str, tuple[str, dict]]:
+        """Community id -> (hash, stored summary) of each written summary, and of each kept one whose inputs changed
+        without changing it, with those inputs (so the next run reads none of its members)."""
+        kept = {cid: (self.hashes[cid], {**self.stored[cid], "inputs": self.inputs[cid]})
                 for cid in self.inputs if cid not in written and cid in self.stored
                 and self.stored[cid].get("inputs") != self.inputs[cid]}
-        return kept | {cid: (self.hashes[cid], payload_json({**summary.to_dict(), "written_from": self.written_from(cid),
-                                                               "inputs": None if cid in self.unsettled
-                                                               else self.inputs[cid]}))
+        return kept | {cid: (self.hashes[cid], {**summary.to_dict(), "written_from": self.written_from(cid),
+                                                "inputs": None if cid in self.unsettled else self.inputs[cid]})
                        for cid, summary in written.items()}
 
 
@@ -155,14 +155,15 @@ def _plan(ws: Workspace) -> _SummaryPlan:
                                             for doc in entities[eid].doc_ids} - titles.keys()))
     sources = {c.community_id: source_titles_of(c, entities, titles) for c in rechecked}
     hashes = {cid: stored_hashes[cid] for cid in kept}
-    inputs = {}
+    inputs, documents = {}, {}
     for c in rechecked:
         hashes[c.community_id] = content_hash(community_content_hash(c, entities, sources[c.community_id]),
                                               summarizer[c.community_id])
-        written_from = sorted({d for eid in c.entity_ids for d in entities[eid].doc_ids})
-        inputs[c.community_id] = summary_inputs(c, member_hashes, summarizer[c.community_id], written_from, titles)
+        documents[c.community_id] = sorted({d for eid in c.entity_ids for d in entities[eid].doc_ids})
+        inputs[c.community_id] = summary_inputs(c, member_hashes, summarizer[c.community_id],
+                                                documents[c.community_id], titles)
     changes = Changes.between(hashes, stored_hashes)
-    return _SummaryPlan(communities, stored, entities, sources, hashes, inputs, reported_by_llm, changes)
+    return _SummaryPlan(communities, stored, entities, sources, hashes, inputs, documents, reported_by_llm, changes)
 
 
 def _write_summaries(ws: Workspace, plan: _SummaryPlan, report: StageReport) -> dict[str, CommunitySummary]:
@@ -206,13 +207,12 @@ def _write_summaries(ws: Workspace, plan: _SummaryPlan, report: StageReport) -> 
     return written
 
 
-def _index_summaries(ws: Workspace, plan: _SummaryPlan, summaries: dict[str, dict], report: StageReport) -> None:
+def _index_summaries(ws: Workspace, summaries: dict[str, dict], report: StageReport) -> None:
     """Make the ``communities`` collection hold a point per stored summary."""
     wanted = {
         # The text keys the point: a new title or summary (new chunks behind it) gives it a new vector.
         cid: (GLOBAL_SHARD, "\n".join([s["title"], s["summary"], *s["chunk_ids"][:COMMUNITY_VECTOR_CHUNKS]]),
-              {"doc_ids": (s["written_from"] if cid in plan.by_id else [])[:200],
-               "level": s["level"], "title": s["title"]})
+              {"doc_ids": s["written_from"][:200], "level": s["level"], "title": s["title"]})
         for cid, s in summaries.items()
     }
     sync_points(ws, COMMUNITIES, wanted, None, report,
