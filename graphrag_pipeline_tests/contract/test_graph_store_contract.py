@@ -299,6 +299,12 @@ def test_relationships_of_are_the_relationships_the_neighbourhoods_list(graph_st
     assert set(graph_store.relationships_of(["a"])) == {rid for _, rid, _ in A_EDGES}
     assert graph_store.relationships_of(["a"], ["OWNED_BY"]) == graph_store.get_relationships(["a-OWNED_BY-d"])
     assert graph_store.relationships_of(["a"], ["OWNED_BY"])["a-OWNED_BY-d"].target_id == "d"
+    # Without provenance: the same relationships and fields, but no chunk ids, document ids or predicates.
+    for entity_ids, types in ((["a", "e"], None), (["a"], ["OWNED_BY", "DEPENDS_ON"])):
+        whole = graph_store.relationships_of(entity_ids, types)
+        assert any(r.chunk_ids and r.doc_ids for r in whole.values())
+        assert graph_store.relationships_of(entity_ids, types, provenance=False) == {
+            rid: dataclasses.replace(r, chunk_ids=(), doc_ids=(), predicates=()) for rid, r in whole.items()}
 
 
 def test_neighbourhoods_limit_and_complete_flag(graph_store: GraphStore) -> None:

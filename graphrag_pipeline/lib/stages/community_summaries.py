@@ -342,7 +342,7 @@ def _relationships_by_community(ws: Workspace, communities: Sequence[Community])
         return grouped
     # Only the relationships touching a member: an incremental run summarizes a few communities of many.
     members = [eid for community in communities for eid in community.entity_ids]
-    for relationship in ws.graph_store.relationships_of(members).values():
+    for relationship in ws.graph_store.relationships_of(members, provenance=False).values():
         touched = set(owner.get(relationship.source_id, ())) | set(owner.get(relationship.target_id, ()))
         if touched:
             for cid in touched:

@@ -201,7 +201,8 @@ def _layout(version: int) -> dict[str, str]:
     ``{relationships}`` (aliased ``r``), its ends compared and read as ``{source}`` and ``{target}`` (keys from version 4:
     see ``_ends_named``); ``{relationship_columns}`` is one whole relationship. Mentions are read from ``{mentions}``
     (aliased ``m``), the entity's id as ``{mention_entity}`` and what ``{ent_keys}`` lists as
-    ``{mention_entity_key}``. ``{entity_columns}`` is one whole entity, ``{entity_columns_without_chunk_ids}`` one
+    ``{mention_entity_key}``. ``{relationship_columns_without_provenance}`` is one without its chunk ids, document
+    ids and predicates. ``{entity_columns}`` is one whole entity, ``{entity_columns_without_chunk_ids}`` one
     without its chunk ids (``'[]'``); titles came with version 3."""
     keyed = version >= 4
     lists = {prefix: (f"(SELECT stored_id('{prefix}', value) FROM json_each(?))" if keyed
@@ -225,6 +226,8 @@ def _layout(version: int) -> dict[str, str]:
         "target": target,
         "relationship_columns": f"r.relationship_id, {source}, {target}, r.type, {description}, r.weight, "
                                 f"r.chunk_ids, {_id_lists('r.doc_ids, r.predicates')}",
+        "relationship_columns_without_provenance": f"r.relationship_id, {source}, {target}, r.type, {description}, "
+                                                   "r.weight",
         "mentions": "mentions m JOIN entities e ON e.entity_key = m.entity_key" if keyed else "mentions m",
         "mention_entity": "e.entity_id" if keyed else "m.entity_id",
         "mention_entity_key": "m.entity_key" if keyed else "m.entity_id",
@@ -336,7 +339,11 @@ def _entity_from_row(row: Sequence[Any]) -> Entity:
 
 
 def _relationship_from_row(row: Sequence[Any]) -> Relationship:
-    """A relationship from a row of ``relationship_columns`` whose ends ``_ends_named`` has named."""
+    """A relationship from a row of ``relationship_columns`` whose ends ``_ends_named`` has named, or of
+    ``relationship_columns_without_provenance`` (six columns)."""
+    if len(row) == 6:
+        return Relationship(relationship_id=_id_of("rel", row[0]), source_id=row[1], target_id=row[2], type=row[3],
+                            description=row[4], weight=row[5], chunk_ids=(), doc_ids=())
     doc_ids, predicates = orjson.loads(row[7])
     return Relationship(
         relationship_id=_id_of("rel", row[0]),
@@ -621,9 +628,11 @@ class EmbeddedGraphStore:
                 (_encode_json(list(keys)),))}
         return [(row[0], ids[row[1]], ids[row[2]], *row[3:]) for row in rows if row[1] in ids and row[2] in ids]
 
-    def _relationship_rows(self, clauses: str, parameters: Sequence[Any]) -> list[Relationship]:
-        """``SELECT`` of whole relationships, then ``clauses`` (see ``_query``)."""
-        rows = self._ends_named("SELECT {relationship_columns} FROM {relationships} " + clauses, parameters)
+    def _relationship_rows(
+        self, clauses: str, parameters: Sequence[Any], columns: str = "relationship_columns"
+    ) -> list[Relationship]:
+        """``SELECT`` of whole relationships (the layout's ``columns``), then ``clauses`` (see ``_query``)."""
+        rows = self._ends_named(f"SELECT {{{columns}}} FROM {{relationships}} " + clauses, parameters)
         return [_relationship_from_row(row) for row in rows]
 
     def get_entities(self, entity_ids: Iterable[str]) -> dict[str, Entity]:
@@ -641,7 +650,7 @@ class EmbeddedGraphStore:
         return {relationship.relationship_id: relationship for relationship in rows}
 
     def relationships_of(
-        self, entity_ids: Iterable[str], relationship_types: Sequence[str] | None = None
+        self, entity_ids: Iterable[str], relationship_types: Sequence[str] | None = None, provenance: bool = True
     ) -> dict[str, Relationship]:
         """Relationships of those types between one of ``entity_ids`` and another entity (see ``GraphStore``)."""
         ids = _ids_json(entity_ids)
@@ -650,8 +659,9 @@ class EmbeddedGraphStore:
         if relationship_types is not None:
             clauses += " AND r.type IN {values}"
             parameters.append(_ids_json(relationship_types))
+        columns = "relationship_columns" if provenance else "relationship_columns_without_provenance"
         return {relationship.relationship_id: relationship
-                for relationship in self._relationship_rows(clauses, parameters)}
+                for relationship in self._relationship_rows(clauses, parameters, columns)}
 
     def _grouped(self, sql: str, keys: Iterable[str], key_prefix: str, value_prefix: str) -> dict[str, list[str]]:
         """key -> its values (sorted), from ``sql``'s (stored key, stored value) rows for the keys given. A row per

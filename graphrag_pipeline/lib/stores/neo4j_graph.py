@@ -67,6 +67,9 @@ _RELATIONSHIP_COLUMNS = {
 }
 _ENTITY_RETURN = ", ".join(f"{expression} AS {field}" for field, expression in _ENTITY_COLUMNS.items())
 _RELATIONSHIP_RETURN = ", ".join(f"{expression} AS {field}" for field, expression in _RELATIONSHIP_COLUMNS.items())
+_PROVENANCE_FIELDS = ("chunk_ids", "doc_ids", "predicates")
+_RELATIONSHIP_RETURN_WITHOUT_PROVENANCE = ", ".join(
+    f"{expression} AS {field}" for field, expression in _RELATIONSHIP_COLUMNS.items() if field not in _PROVENANCE_FIELDS)
 _ORDER_ENTITIES = {
     "mention_count": "e.mention_count DESC, e.name, e.entity_id",
     "name": "e.name, e.entity_id",
@@ -118,9 +121,9 @@ def _relationship_from_record(record: dict[str, Any]) -> Relationship:
         type=record["type"],
         description=record["description"],
         weight=float(record["weight"]),
-        chunk_ids=tuple(record["chunk_ids"] or ()),
-        doc_ids=tuple(record["doc_ids"] or ()),
-        predicates=tuple(record["predicates"] or ()),
+        chunk_ids=tuple(record.get("chunk_ids") or ()),  # absent from a read without provenance
+        doc_ids=tuple(record.get("doc_ids") or ()),
+        predicates=tuple(record.get("predicates") or ()),
     )
 
 
@@ -231,14 +234,15 @@ _FLOOR_SLACK = 1e-9
 
 # The relationships of given types touching given entities, found from the entities (indexed by id) rather than by
 # relationship id, which ArcadeDB answers by scanning every relationship of every type.
-_RELATIONSHIPS_OF = f"""
+_RELATIONSHIPS_OF_MATCH = f"""
 UNWIND $ids AS id
 MATCH (e:{ENTITY_LABEL} {{entity_id: id}})-[r]-(n:{ENTITY_LABEL})
 WHERE n <> e AND ($types IS NULL OR r.type IN $types)
 WITH DISTINCT r
 WITH r, startNode(r) AS s, endNode(r) AS t
-RETURN {_RELATIONSHIP_RETURN}
 """
+_RELATIONSHIPS_OF = {True: f"{_RELATIONSHIPS_OF_MATCH}RETURN {_RELATIONSHIP_RETURN}",  # by ``provenance``
+                     False: f"{_RELATIONSHIPS_OF_MATCH}RETURN {_RELATIONSHIP_RETURN_WITHOUT_PROVENANCE}"}
 
 
 # An answer's entities (``answer_subgraph``): the given ones and those of ``$among`` that the given chunks mention
@@ -715,14 +719,14 @@ class Neo4jGraphStore:
         )
 
     def relationships_of(
-        self, entity_ids: Iterable[str], relationship_types: Sequence[str] | None = None
+        self, entity_ids: Iterable[str], relationship_types: Sequence[str] | None = None, provenance: bool = True
     ) -> dict[str, Relationship]:
         """Relationships of those types between one of ``entity_ids`` and another entity (see ``GraphStore``), from
         the indexed entities: one query per ``batch_size`` ids."""
         types = None if relationship_types is None else sorted(set(relationship_types))
         found: dict[str, Relationship] = {}
         for batch in self._batches(_unique(entity_ids)):
-            for record in self._query(_RELATIONSHIPS_OF, ids=list(batch), types=types):
+            for record in self._query(_RELATIONSHIPS_OF[provenance], ids=list(batch), types=types):
                 found[record["relationship_id"]] = _relationship_from_record(record)
         return found
 

@@ -218,12 +218,14 @@ class GraphStore(Protocol):
         ...
 
     def relationships_of(
-        self, entity_ids: Iterable[str], relationship_types: Sequence[str] | None = None
+        self, entity_ids: Iterable[str], relationship_types: Sequence[str] | None = None, provenance: bool = True
     ) -> dict[str, Relationship]:
         """Relationship id → every stored relationship of one of ``relationship_types`` (``None``: any type) between
         one of ``entity_ids`` and another entity: ``get_relationships`` of the ids ``neighbourhoods`` lists for them,
         in one read. The query's typed one-hop steps (asked-for relationships, the incident context) take it: on a
-        server, one round trip instead of two, and a lookup from the entities instead of by relationship id."""
+        server, one round trip instead of two, and a lookup from the entities instead of by relationship id.
+        ``provenance=False``: each without its chunk ids, document ids and predicates (empty), which community
+        summaries, reading every relationship of the communities they rewrite, do not use."""
         ...
 
     def relationships_between(self, entity_ids: Iterable[str], limit: int = 50) -> list[Relationship]: ...
