@@ -299,11 +299,17 @@ def capped_parts(
 
 def element_payload(element: Entity | Relationship) -> tuple[str, str]:
     """(content hash, JSON) of an element: the hash tells the graph stage whether the store needs the write."""
+    digest, data = element_record(element)
+    return digest, orjson.dumps(data, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def element_record(element: Entity | Relationship) -> tuple[str, dict]:
+    """(content hash, fields) of an element: ``element_payload`` before the JSON, which the state store writes in
+    its own form (its texts apart) and would otherwise parse back."""
     # orjson writes the fields' tuples as lists itself (dataclasses.asdict's deep copy of every element cost more
     # than the merge itself), in a sixth of the standard library's time.
-    payload = orjson.dumps({name: getattr(element, name) for name in _field_names(type(element))},
-                           option=orjson.OPT_SORT_KEYS).decode()
-    return short_hash(payload), payload
+    data = {name: getattr(element, name) for name in _field_names(type(element))}
+    return short_hash(orjson.dumps(data, option=orjson.OPT_SORT_KEYS).decode()), data
 
 
 @functools.cache

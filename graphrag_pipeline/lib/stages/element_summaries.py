@@ -15,7 +15,7 @@ from graphrag_pipeline.lib.algorithms.merge import (
     CatalogResolution,
     ElementKeys,
     capped_parts,
-    element_payload,
+    element_record,
     merge_extractions,
     resolve_catalog_names,
 )
@@ -72,7 +72,7 @@ def summarize_elements(ws: Workspace) -> StageReport:
     with report.timed("store"):
         changes = {}
         for kind, elements in (("entity", entities), ("relationship", relationships)):
-            payloads = {_element_id(e): element_payload(e) for e in elements}
+            payloads = {_element_id(e): element_record(e) for e in elements}
             diff = Changes.between({eid: digest for eid, (digest, _) in payloads.items()}, previous[kind])
             changes[kind] = ({eid: payloads[eid] for eid in diff.changed}, diff.removed)
             report.counts[f"{kind}_changed"] = len(diff.changed)

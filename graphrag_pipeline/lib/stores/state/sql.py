@@ -302,12 +302,12 @@ def description_text_id(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big", signed=True)
 
 
-def _stored_element(kind: str, element_id: str, payload: str) -> tuple[bytes, list[tuple[int, str]]]:
-    """An element's JSON as stored (packed), and the texts it names, with their ids. A payload without description
-    parts (not the merge's: an import's, a test's) is stored as it is."""
-    data = orjson.loads(payload)
-    if "description_parts" not in data:
-        return pack_payload(payload), []
+def _stored_element(kind: str, element_id: str, payload: Mapping[str, Any]) -> tuple[bytes, list[tuple[int, str]]]:
+    """An element's fields (``element_record``) as stored (packed JSON, keys sorted), and the texts it names, with
+    their ids. A payload without description parts (not the merge's: an import's, a test's) is stored whole."""
+    if "description_parts" not in payload:
+        return pack_payload(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS).decode()), []
+    data = dict(payload)
     if data.get(_OWN_ID[kind]) == element_id:
         del data[_OWN_ID[kind]]
     texts = [text for text, _ in data["description_parts"]]
@@ -315,7 +315,7 @@ def _stored_element(kind: str, element_id: str, payload: str) -> tuple[bytes, li
         del data["description"]
     ids = [description_text_id(text) for text in texts]
     data["description_parts"] = [[text_id, docs] for text_id, (_, docs) in zip(ids, data["description_parts"])]
-    return pack_payload(orjson.dumps(data).decode()), list(zip(ids, texts))
+    return pack_payload(orjson.dumps(data, option=orjson.OPT_SORT_KEYS).decode()), list(zip(ids, texts))
 
 
 def _text_ids(data: dict) -> list[int]:
@@ -810,7 +810,7 @@ class SQLStateStore(abc.ABC):
 
     def record_merge(
         self,
-        elements: dict[str, tuple[dict[str, tuple[str, str]], Sequence[str]]],
+        elements: dict[str, tuple[dict[str, tuple[str, dict]], Sequence[str]]],
         merged: dict[str, tuple[str, str]],
         unmerged: Sequence[str],
         mark: str,
@@ -818,7 +818,8 @@ class SQLStateStore(abc.ABC):
         every_extraction: bool,
     ) -> None:
         """One transaction for a merge's output and what it was made from, so a run killed half-way leaves both as
-        they were: ``elements`` kind -> (upserts: id -> (hash, JSON), removed ids); ``merged`` chunk id -> (extractor
+        they were: ``elements`` kind -> (upserts: id -> (hash, fields as ``element_record`` gives them), removed
+        ids); ``merged`` chunk id -> (extractor
         key, payload digest) of the extractions now merged (all of them when ``every_extraction``), ``unmerged`` the
         chunks no longer merged; ``mark`` what the merge was made with (`stage_mark`)."""
         with self.transaction() as conn:
@@ -849,14 +850,17 @@ class SQLStateStore(abc.ABC):
         are not what `merged_extractions` says they were merged from: the next merge starts over."""
         with self.transaction() as conn:
             conn.execute("DELETE FROM stage_marks WHERE stage = ?", ("element_summaries",))
-            self._write_elements(conn, kind, upserts, removed)
+            self._write_elements(conn, kind, {eid: (digest, orjson.loads(payload))
+                                              for eid, (digest, payload) in upserts.items()}, removed)
 
-    def _write_elements(self, conn: Any, kind: str, upserts: dict[str, tuple[str, str]], removed: Sequence[str]) -> None:
+    def _write_elements(self, conn: Any, kind: str, upserts: dict[str, tuple[str, dict]], removed: Sequence[str]) -> None:
         """Called inside a transaction (this thread's connection): the elements and the counts of the texts they name
         change together."""
         refs: Counter[int] = Counter()
-        for _, data in self._stored_elements(kind, [*removed, *upserts]):
-            refs.subtract(_text_ids(data))
+        # A first build's elements replace none: no need to look up tens of thousands of ids to find so.
+        if conn.execute("SELECT 1 FROM elements WHERE kind = ? LIMIT 1", (kind,)).fetchone() is not None:
+            for _, data in self._stored_elements(kind, [*removed, *upserts]):
+                refs.subtract(_text_ids(data))
         rows, texts = [], {}
         for eid, (digest, payload) in upserts.items():
             stored, named = _stored_element(kind, eid, payload)
