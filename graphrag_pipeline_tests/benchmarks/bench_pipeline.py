@@ -14,6 +14,7 @@ first-query caches are timed apart: they are paid once per process, not per buil
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import resource
 import subprocess
@@ -30,18 +31,7 @@ from graphrag_pipeline.evaluation import eval_settings, load_questions, source_n
 from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.config import load_settings
 from graphrag_pipeline.lib.embed.embedders import configured_embedder
-from graphrag_pipeline.lib.stages import (
-    StageReport,
-    all_shards,
-    build_communities,
-    chunk_documents,
-    embed_chunks,
-    extract_elements,
-    ingest_documents,
-    summarize_communities,
-    summarize_elements,
-    sync_graph,
-)
+from graphrag_pipeline.lib.stages import STAGES, StageReport, all_shards
 from graphrag_pipeline.lib.stages.embeddings import chunk_embedding_text
 from graphrag_pipeline.lib.stores.protocols import Embedder
 from graphrag_pipeline.query import MODES, open_index
@@ -88,16 +78,7 @@ class TimedEmbedder:
 def stage_runs(ws: Workspace) -> list[Callable[[], StageReport]]:
     """The eight stages in lineage order, as `build_everything` runs them."""
     shards = list(all_shards(ws))
-    return [
-        lambda: ingest_documents(ws, shards),
-        lambda: chunk_documents(ws, shards),
-        lambda: embed_chunks(ws, shards),
-        lambda: extract_elements(ws, shards),
-        lambda: summarize_elements(ws),
-        lambda: sync_graph(ws),
-        lambda: build_communities(ws),
-        lambda: summarize_communities(ws),
-    ]
+    return [functools.partial(stage.execute, ws, shards) for stage in STAGES]
 
 
 def compact_counts(counts: dict[str, int], limit: int = 6) -> str:

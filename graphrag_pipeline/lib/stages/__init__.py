@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from graphrag_pipeline.lib.compose.workspace import Workspace
+from graphrag_pipeline.lib.core.memory import cycle_collector_paused
 from graphrag_pipeline.lib.stages.chunks import chunk_documents
 from graphrag_pipeline.lib.stages.communities import build_communities
 from graphrag_pipeline.lib.stages.community_summaries import summarize_communities
@@ -34,10 +35,11 @@ class Stage:
         """Run the stage: a per-document one over ``shards`` (concurrent runs each own their shards' rows), a
         corpus-wide one alone among the index's writers, so concurrent runs take turns and the last one to run reads
         everything the per-document stages of all of them wrote."""
-        if self.per_document:
-            return self.run(ws, list(shards))
-        with ws.state.exclusive(CORPUS_WIDE_LOCK):
-            return self.run(ws)
+        with cycle_collector_paused():
+            if self.per_document:
+                return self.run(ws, list(shards))
+            with ws.state.exclusive(CORPUS_WIDE_LOCK):
+                return self.run(ws)
 
 
 CORPUS_WIDE_LOCK = "graphrag corpus-wide stages"
