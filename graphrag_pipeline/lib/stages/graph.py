@@ -30,7 +30,9 @@ def sync_graph(ws: Workspace) -> StageReport:
     After a finished sync only the changed elements are read, and only the chunks they are or were mentioned in get
     their mentions written again; otherwise (a first build, a killed sync, a store that lost or gained entries)
     every element is. Crash-safe: an element's bookkeeping is marked ``UNSYNCED`` before it is written and gets its
-    hash only after, and a deleted element leaves the bookkeeping only after the store deleted it, so a rerun after a
+    hash only after (one with no bookkeeping yet is unsynced as it is, and the marks of a first build's tens of
+    thousands of elements cost a write each: were it written and gone from the merge before the next sync, the store
+    would hold more than the bookkeeping, which that sync's reconciliation finds by count), and a deleted element leaves the bookkeeping only after the store deleted it, so a rerun after a
     kill anywhere redoes exactly the unfinished writes. A store that lost or gained entries behind the bookkeeping's
     back (a deleted or replaced graph file) is reconciled first, by counts and then by ids."""
     report = StageReport("graph")
@@ -47,7 +49,7 @@ def sync_graph(ws: Workspace) -> StageReport:
     whole = store_differed or ws.state.stage_mark(report.stage) != GRAPH_SYNCED
     report.counts["whole_sync"] = int(whole)
     if whole or any(changes.values()):
-        _write(ws, changed, removed, current, synced["mentions"], whole, report)
+        _write(ws, changed, removed, current, synced, whole, report)
     stats = graph.stats()
     report.counts.update(
         entities=stats.entity_count,
@@ -66,7 +68,7 @@ def _write(
     changed: dict[str, list[str]],
     removed: dict[str, list[str]],
     current: dict[str, dict[str, str]],
-    synced_mentions: dict[str, str],
+    synced: dict[str, dict[str, str]],
     whole: bool,
     report: StageReport,
 ) -> None:
@@ -82,7 +84,7 @@ def _write(
     progress = ws.progress(report.stage, "write elements", len(changed["entity"]) + len(changed["relationship"]))
     with report.timed("write"):
         for kind in ("entity", "relationship"):
-            ws.state.record_synced(kind, dict.fromkeys(changed[kind], UNSYNCED), [])
+            ws.state.record_synced(kind, {e: UNSYNCED for e in changed[kind] if e in synced[kind]}, [])
         crash_point("graph:intent-recorded")
         if removed["relationship"]:
             graph.delete_relationships(removed["relationship"])
@@ -108,7 +110,7 @@ def _write(
             ws.state.record_synced("relationship", {r: current["relationship"][r] for r in ids}, [])
             progress.advance(len(ids))
     with report.timed("mentions"):
-        _sync_mentions(ws, mentions, synced_mentions, scope, report)
+        _sync_mentions(ws, mentions, synced["mentions"], scope, report)
     crash_point("graph:mentions-written")
     wanted = {
         eid: (GLOBAL_SHARD, e.name, {"doc_ids": list(e.doc_ids[:200]), "name": e.name, "type": e.type})
@@ -204,7 +206,7 @@ def _sync_mentions(
     else:
         changed = mentions
         removed = sorted(scope - set(current))
-    ws.state.record_synced("mentions", dict.fromkeys(changed, UNSYNCED), [])
+    ws.state.record_synced("mentions", {cid: UNSYNCED for cid in changed if cid in synced}, [])
     if removed:
         ws.graph_store.delete_chunks(removed)
         ws.state.record_synced("mentions", {}, removed)
