@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -45,6 +45,9 @@ Span = tuple[int, int]
 
 @runtime_checkable
 class Tokenizer(Protocol):
+    """Also ``encode_offsets_batch(texts) -> list[list[Span]]``, where a tokenizer has one (``document_token_spans``
+    gives it every window of a batch of documents at once)."""
+
     def encode_offsets(self, text: str) -> list[Span]:
         """Character spans ``(start, end)`` of the tokens of ``text``, in order and not overlapping."""
         ...
@@ -106,9 +109,11 @@ def chunk_document(
     overlap: int,
     max_chunks_per_document: int | None = None,
     tokenizer: Tokenizer | None = None,
+    spans: list[Span] | None = None,
 ) -> list[Chunk]:
     """Chunks of ``doc`` in order; an empty or whitespace-only document has none. Raises ``ChunkLimitExceeded`` when
-    it needs more than ``max_chunks_per_document`` (None: no limit)."""
+    it needs more than ``max_chunks_per_document`` (None: no limit). ``spans``: its tokens, when
+    ``document_token_spans`` has already found them with ``tokenizer``."""
     if strategy not in ("recursive", "fixed"):
         raise ValueError(f"unknown chunking strategy {strategy!r}; expected 'recursive' or 'fixed'")
     if size < 1:
@@ -118,7 +123,8 @@ def chunk_document(
     text = doc.text
     if not text.strip():
         return []
-    spans = _token_spans(text, tokenizer if tokenizer is not None else WordTokenizer(), doc.doc_id)
+    if spans is None:
+        spans = document_token_spans([text], tokenizer if tokenizer is not None else WordTokenizer(), [doc.doc_id])[0]
     if not spans:
         return []
     if max_chunks_per_document is not None and len(spans) > max_chunks_per_document * size:
@@ -137,10 +143,23 @@ def chunk_document(
     return _build_chunks(doc, layout, ranges)
 
 
-def _token_spans(text: str, tokenizer: Tokenizer, doc_id: str) -> list[Span]:
-    """The tokens of ``text``, tokenized one window at a time (each ending at whitespace where the window has any, so
-    no word is split between two calls), with tokens longer than ``LONGEST_TOKEN`` characters cut into pieces."""
-    spans: list[Span] = []
+def document_token_spans(texts: Sequence[str], tokenizer: Tokenizer, doc_ids: Sequence[str]) -> list[list[Span]]:
+    """The tokens of each text, tokenized one window at a time (each ending at whitespace where the window has any,
+    so no word is split between two calls), with tokens longer than ``LONGEST_TOKEN`` characters cut into pieces.
+    A tokenizer with ``encode_offsets_batch`` gets the windows of all the texts at once: a fast tokenizer spreads a
+    batch over the cores (musique-100's 1,890 documents took 0.21-0.25 s instead of 0.40-0.42 s on two)."""
+    windows = [(index, start, end) for index, text in enumerate(texts) for start, end in _tokenize_windows(text)]
+    pieces = [texts[index][start:end] for index, start, end in windows]
+    batch = getattr(tokenizer, "encode_offsets_batch", None)
+    encoded = batch(pieces) if batch is not None else [tokenizer.encode_offsets(piece) for piece in pieces]
+    spans: list[list[Span]] = [[] for _ in texts]
+    for (index, start, end), offsets in zip(windows, encoded):
+        _add_checked_spans(spans[index], offsets, start, end - start, doc_ids[index])
+    return spans
+
+
+def _tokenize_windows(text: str) -> Iterator[Span]:
+    """The stretches of ``text`` a tokenizer is given, in order (see ``document_token_spans``)."""
     start = 0
     while start < len(text):
         end = min(start + TOKENIZE_WINDOW, len(text))
@@ -149,9 +168,8 @@ def _token_spans(text: str, tokenizer: Tokenizer, doc_id: str) -> list[Span]:
             space = max(text.rfind(" ", floor, end), text.rfind("\n", floor, end), text.rfind("\t", floor, end))
             if space >= 0:
                 end = space + 1
-        _add_checked_spans(spans, tokenizer.encode_offsets(text[start:end]), start, end - start, doc_id)
+        yield start, end
         start = end
-    return spans
 
 
 # ------------------------------------------------------------------------------------------------------- structure

@@ -220,6 +220,13 @@ class NumpyEmbedder:
 
         return token_spans(self._counting_tokenizer.encode(text, add_special_tokens=False).offsets)
 
+    def encode_offsets_batch(self, texts: Sequence[str]) -> list[list[tuple[int, int]]]:
+        """``encode_offsets`` of each text, the texts spread over the cores (the chunks stage's batch of documents)."""
+        from graphrag_pipeline.lib.algorithms.chunking import token_spans
+
+        return [token_spans(encoding.offsets)
+                for encoding in self._counting_tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Iterator, Sequence
 
-from graphrag_pipeline.lib.algorithms.chunking import ChunkLimitExceeded, chunk_document
+from graphrag_pipeline.lib.algorithms.chunking import ChunkLimitExceeded, chunk_document, document_token_spans
 from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.ids import content_hash, stable_shard
-from graphrag_pipeline.lib.core.models import Quarantined
+from graphrag_pipeline.lib.core.models import Document, Quarantined
 from graphrag_pipeline.lib.stages.embeddings import EMBEDDING_CONTEXT_TOKENS
 from graphrag_pipeline.lib.stages.report import StageReport
+
+
+TOKENIZE_BATCH_CHARS = 1_000_000  # documents are tokenized together up to about this much text
 
 
 def chunk_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
@@ -30,21 +33,39 @@ def chunk_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
     with report.timed("chunk"):
         # Verdicts are re-reached for every document chunked now.
         ws.state.clear_quarantine(report.stage, [doc.doc_id for doc in documents])
-        for doc in documents:
-            try:
-                chunks = chunk_document(doc, strategy=config.strategy, size=size, overlap=overlap,
-                                        max_chunks_per_document=limit, tokenizer=tokenizer)
-            except ChunkLimitExceeded as error:
-                # No chunks (earlier ones withdrawn with the rest of the old version) and the reason; the run goes on.
-                ws.state.quarantine([Quarantined(report.stage, doc.doc_id, f"{error}; not indexed")])
-                chunks = []
-                quarantined += 1
-            ws.state.replace_chunks(doc, stable_shard(doc.doc_id, ws.settings.shard_count), chunks, key)
-            produced += len(chunks)
-            if len(report.sample) < 5 and chunks:
-                report.sample.append({"chunk_id": chunks[0].chunk_id, "doc_id": doc.doc_id,
-                                      "tokens": chunks[0].token_count, "text": chunks[0].text[:80]})
-            progress.advance()
+        for batch in _batches(documents, TOKENIZE_BATCH_CHARS):
+            # Tokenized together: a fast tokenizer spreads a batch over the cores.
+            spans = document_token_spans([doc.text for doc in batch], tokenizer, [doc.doc_id for doc in batch])
+            for doc, doc_spans in zip(batch, spans):
+                try:
+                    chunks = chunk_document(doc, strategy=config.strategy, size=size, overlap=overlap,
+                                            max_chunks_per_document=limit, tokenizer=tokenizer, spans=doc_spans)
+                except ChunkLimitExceeded as error:
+                    # No chunks (earlier ones withdrawn with the rest of the old version) and the reason; the run
+                    # goes on.
+                    ws.state.quarantine([Quarantined(report.stage, doc.doc_id, f"{error}; not indexed")])
+                    chunks = []
+                    quarantined += 1
+                ws.state.replace_chunks(doc, stable_shard(doc.doc_id, ws.settings.shard_count), chunks, key)
+                produced += len(chunks)
+                if len(report.sample) < 5 and chunks:
+                    report.sample.append({"chunk_id": chunks[0].chunk_id, "doc_id": doc.doc_id,
+                                          "tokens": chunks[0].token_count, "text": chunks[0].text[:80]})
+                progress.advance()
     report.counts.update(documents_rechunked=len(documents), chunks_written=produced, quarantined=quarantined,
                          chunk_size=size, chunk_overlap=overlap)
     return report
+
+
+def _batches(documents: Sequence[Document], max_chars: int) -> Iterator[list[Document]]:
+    """``documents`` in order, in runs of about ``max_chars`` characters (a longer document alone)."""
+    batch: list[Document] = []
+    chars = 0
+    for doc in documents:
+        batch.append(doc)
+        chars += len(doc.text)
+        if chars >= max_chars:
+            yield batch
+            batch, chars = [], 0
+    if batch:
+        yield batch

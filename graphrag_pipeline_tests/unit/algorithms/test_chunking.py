@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from graphrag_pipeline.lib.algorithms.chunking import HuggingFaceTokenizer, Tokenizer, WordTokenizer, chunk_document
+from graphrag_pipeline.lib.algorithms.chunking import (
+    TOKENIZE_WINDOW,
+    HuggingFaceTokenizer,
+    Tokenizer,
+    WordTokenizer,
+    chunk_document,
+    document_token_spans,
+)
 from graphrag_pipeline.lib.core.config import ChunkingConfig, EmbedderConfig, FolderSource
 from graphrag_pipeline.lib.core.ids import content_hash
 from graphrag_pipeline.lib.core.models import Chunk, Document
@@ -230,6 +237,44 @@ def test_minilm_tokenizer_chunks_never_exceed_the_size(
         for chunk in chunks:
             # Cuts fall between words, so the embedder re-tokenizing a chunk sees exactly the measured tokens.
             assert len(minilm_tokenizer.encode_offsets(chunk.text)) == chunk.token_count <= 32
+
+
+@pytest.mark.slow
+def test_minilm_tokenizer_gives_a_batch_the_tokens_it_gives_each_text(
+    minilm_tokenizer: NumpyEmbedder, runbooks: dict[str, Document]
+) -> None:
+    texts = [document.text for document in runbooks.values()] + ["", "naïve café ☕ 日本語"]
+    batched = minilm_tokenizer.encode_offsets_batch(texts)
+    assert batched == [minilm_tokenizer.encode_offsets(text) for text in texts]
+    assert all(batched[:-2])
+
+
+class BatchWordTokenizer(WordTokenizer):
+    """Words, with a batch method that records the batches it is given."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+
+    def encode_offsets_batch(self, texts: list[str]) -> list[list[tuple[int, int]]]:
+        self.batches.append(list(texts))
+        return [self.encode_offsets(text) for text in texts]
+
+
+def test_a_batch_of_documents_is_tokenized_in_one_call_and_each_gets_its_own_tokens() -> None:
+    long_text = words(3 * TOKENIZE_WINDOW // 5)  # several windows
+    documents = [doc(words(40), "t:a"), doc("", "t:empty"), doc(long_text, "t:long"), doc("# Title\n\nbody.", "t:b")]
+    tokenizer = BatchWordTokenizer()
+
+    spans = document_token_spans([d.text for d in documents], tokenizer, [d.doc_id for d in documents])
+
+    assert len(tokenizer.batches) == 1
+    assert "".join(tokenizer.batches[0]) == "".join(d.text for d in documents)  # every window, once, in order
+    assert len(tokenizer.batches[0]) > len(documents) - 1  # the long document in several windows
+    # Windows end at whitespace, so word tokens are those of the whole text, at document offsets.
+    assert spans == [WORDS.encode_offsets(d.text) for d in documents]
+    for document, document_spans in zip(documents, spans):
+        assert chunk_document(document, size=50, overlap=10, spans=document_spans) == chunk_document(
+            document, size=50, overlap=10, tokenizer=WORDS)
 
 
 def test_hugging_face_adapter_requires_offsets() -> None:
