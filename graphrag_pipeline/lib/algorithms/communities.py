@@ -12,10 +12,11 @@ per run: an unchanged community keeps its id across rebuilds, so its stored summ
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import re
 from collections import Counter, defaultdict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from graphrag_pipeline.lib.core.ids import content_hash, short_id
@@ -258,15 +259,15 @@ def summarize_community_extractively(
     leading = _leading_types(strengths, generic_types)
     top = ranked[:top_entities]
 
-    sentences = _relationship_sentences(internal, members)
-    for entity in top:
-        sentences += _sentences(entity.description)
+    # Lazily: the summary keeps the first few distinct sentences, and a large community's relationships say far more.
+    sentences = itertools.chain(_relationship_sentences(internal, members),
+                                (sentence for entity in top for sentence in _sentences(entity.description)))
     doc_ids = {doc for entity in members.values() for doc in entity.doc_ids}
     lines = [
         _members_by_type(top, [*leading, *(t for t in strengths if t not in leading)]),
         *([f"From: {'; '.join(source_titles)}."] if source_titles else []),
         *_relationship_kinds(internal, members, generic_types),
-        *_distinct(sentences)[:max_sentences],
+        *_distinct(sentences, max_sentences),
         f"Sources: {len(doc_ids)} document{'s' if len(doc_ids) != 1 else ''}.",
     ]
 
@@ -421,15 +422,15 @@ def _verb(relationship_type: str) -> str:
     return relationship_type.lower().replace("_", " ")
 
 
-def _relationship_sentences(internal: Sequence[Relationship], members: Mapping[str, Entity]) -> list[str]:
-    sentences: list[str] = []
+def _relationship_sentences(internal: Sequence[Relationship], members: Mapping[str, Entity]) -> Iterator[str]:
+    """The sentences of the relationships inside, the heaviest first (one made of its ends and type for a
+    relationship without a description)."""
     for relationship in sorted(internal, key=lambda relationship: (-relationship.weight, relationship.relationship_id)):
         described = _sentences(relationship.description)
         if not described:
             source, target = members[relationship.source_id].name, members[relationship.target_id].name
             described = (f"{source} {_verb(relationship.type)} {target}.",)
-        sentences += described
-    return sentences
+        yield from described
 
 
 @functools.lru_cache(maxsize=1 << 16)  # a description is split again in every community of every level it is in
@@ -437,7 +438,8 @@ def _sentences(text: str) -> tuple[str, ...]:
     return tuple(sentence for sentence in _SENTENCE_END.split(_WHITESPACE.sub(" ", text).strip()) if sentence)
 
 
-def _distinct(sentences: Sequence[str]) -> list[str]:
+def _distinct(sentences: Iterable[str], limit: int) -> list[str]:
+    """The first ``limit`` sentences that differ from every earlier one but in case and final punctuation."""
     seen: set[str] = set()
     kept: list[str] = []
     for sentence in sentences:
@@ -445,6 +447,8 @@ def _distinct(sentences: Sequence[str]) -> list[str]:
         if key not in seen:
             seen.add(key)
             kept.append(sentence)
+            if len(kept) == limit:
+                break
     return kept
 
 
