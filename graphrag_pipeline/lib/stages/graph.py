@@ -30,11 +30,12 @@ def sync_graph(ws: Workspace) -> StageReport:
     After a finished sync only the changed elements are read, and only the chunks they are or were mentioned in get
     their mentions written again; otherwise (a first build, a killed sync, a store that lost or gained entries)
     every element is. Crash-safe: an element's bookkeeping is marked ``UNSYNCED`` before it is written and gets its
-    hash only after (one with no bookkeeping yet is unsynced as it is, and the marks of a first build's tens of
-    thousands of elements cost a write each: were it written and gone from the merge before the next sync, the store
-    would hold more than the bookkeeping, which that sync's reconciliation finds by count), and a deleted element leaves the bookkeeping only after the store deleted it, so a rerun after a
-    kill anywhere redoes exactly the unfinished writes. A store that lost or gained entries behind the bookkeeping's
-    back (a deleted or replaced graph file) is reconciled first, by counts and then by ids."""
+    hash only after, and a deleted element leaves the bookkeeping only after the store deleted it, so a rerun after a
+    kill anywhere redoes exactly the unfinished writes. An element with no bookkeeping yet is unsynced as it is (a
+    first build's tens of thousands of marks each cost a write): were it written and gone from the merge before the
+    next sync, the store would hold more than the bookkeeping, which that sync's reconciliation finds by count. A
+    store that lost or gained entries behind the bookkeeping's back (a deleted or replaced graph file) is reconciled
+    first, by counts and then by ids."""
     report = StageReport("graph")
     graph = ws.graph_store
     with report.timed("diff"):

@@ -68,8 +68,8 @@ _RELATIONSHIP_COLUMNS = {
 _ENTITY_RETURN = ", ".join(f"{expression} AS {field}" for field, expression in _ENTITY_COLUMNS.items())
 _RELATIONSHIP_RETURN = ", ".join(f"{expression} AS {field}" for field, expression in _RELATIONSHIP_COLUMNS.items())
 _PROVENANCE_FIELDS = ("chunk_ids", "doc_ids", "predicates")
-_RELATIONSHIP_RETURN_WITHOUT_PROVENANCE = ", ".join(
-    f"{expression} AS {field}" for field, expression in _RELATIONSHIP_COLUMNS.items() if field not in _PROVENANCE_FIELDS)
+_RELATIONSHIP_RETURN_WITHOUT_PROVENANCE = ", ".join(f"{expression} AS {field}" for field, expression
+                                                   in _RELATIONSHIP_COLUMNS.items() if field not in _PROVENANCE_FIELDS)
 _ORDER_ENTITIES = {
     "mention_count": "e.mention_count DESC, e.name, e.entity_id",
     "name": "e.name, e.entity_id",

@@ -819,9 +819,9 @@ class SQLStateStore(abc.ABC):
     ) -> None:
         """One transaction for a merge's output and what it was made from, so a run killed half-way leaves both as
         they were: ``elements`` kind -> (upserts: id -> (hash, fields as ``element_record`` gives them), removed
-        ids); ``merged`` chunk id -> (extractor
-        key, payload digest) of the extractions now merged (all of them when ``every_extraction``), ``unmerged`` the
-        chunks no longer merged; ``mark`` what the merge was made with (`stage_mark`)."""
+        ids); ``merged`` chunk id -> (extractor key, payload digest) of the extractions now merged (all of them when
+        ``every_extraction``), ``unmerged`` the chunks no longer merged; ``mark`` what the merge was made with
+        (`stage_mark`)."""
         with self.transaction() as conn:
             for kind, (upserts, removed) in elements.items():
                 self._write_elements(conn, kind, upserts, removed)
