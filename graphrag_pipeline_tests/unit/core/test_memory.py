@@ -5,6 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from graphrag_pipeline.lib.core.config import load_settings
 from graphrag_pipeline.lib.core.memory import cycle_collector_paused
 from graphrag_pipeline.lib.stages import Stage, StageReport
 
@@ -51,7 +52,8 @@ def test_cycles_made_during_a_pause_are_collected_after_it() -> None:
 
 
 @pytest.mark.parametrize("per_document", [True, False])
-def test_every_stage_runs_with_the_collector_paused(per_document: bool) -> None:
+@pytest.mark.parametrize("remote", [False, True])
+def test_a_stage_runs_with_the_collector_paused_unless_a_model_is_remote(per_document: bool, remote: bool) -> None:
     seen = []
 
     def run(ws, *shards):
@@ -65,6 +67,9 @@ def test_every_stage_runs_with_the_collector_paused(per_document: bool) -> None:
         def __exit__(self, *exc):
             return False
 
-    ws = SimpleNamespace(state=SimpleNamespace(exclusive=lambda name: Exclusive()))
+    settings = load_settings()
+    if remote:  # an LLM over HTTP: its client's per-call reference cycles are collected as the stage goes
+        settings = settings.with_overrides(summaries={"summarizer": "llm"})
+    ws = SimpleNamespace(settings=settings, state=SimpleNamespace(exclusive=lambda name: Exclusive()))
     Stage("probe", run, per_document, ()).execute(ws, [0])
-    assert seen == [False] and gc.isenabled()
+    assert seen == [remote] and gc.isenabled()
