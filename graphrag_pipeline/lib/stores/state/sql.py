@@ -853,7 +853,9 @@ class SQLStateStore(abc.ABC):
             self._write_elements(conn, kind, {eid: (digest, orjson.loads(payload))
                                               for eid, (digest, payload) in upserts.items()}, removed)
 
-    def _write_elements(self, conn: Any, kind: str, upserts: dict[str, tuple[str, dict]], removed: Sequence[str]) -> None:
+    def _write_elements(
+        self, conn: Any, kind: str, upserts: dict[str, tuple[str, dict]], removed: Sequence[str]
+    ) -> None:
         """Called inside a transaction (this thread's connection): the elements and the counts of the texts they name
         change together."""
         refs: Counter[int] = Counter()
