@@ -271,6 +271,13 @@ def test_bad_vectors_are_rejected_with_a_clear_error(vector_store: VectorStore) 
         vector_store.search("chunks", [1.0, 0.0, 0.0], limit=1)
     with pytest.raises(ValueError, match="dimension"):
         vector_store.ensure_collection("chunks", DIM + 1)
+    # A batch is checked as a whole; the error still names the one bad point, and nothing of the batch is written.
+    good = [point(f"good-{i}", [1.0, float(i), 0.0, 0.0], ["doc-1"]) for i in range(3)]
+    for bad, message in ((point("short", [1.0, 0.0], ["doc-1"]), "expected a vector of dimension"),
+                         (point("inf", [1.0, float("inf"), 0.0, 0.0], ["doc-1"]), "vector contains NaN or infinity"),
+                         (point("zero", [0.0] * DIM, ["doc-1"]), "the zero vector")):
+        with pytest.raises(ValueError, match=f"point '{bad.point_id}': {message}"):
+            vector_store.upsert("chunks", [*good[:2], bad, good[2]])
     assert vector_store.count("chunks") == 0
 
 

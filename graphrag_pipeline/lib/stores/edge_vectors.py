@@ -100,6 +100,7 @@ from graphrag_pipeline.lib.stores.vector_points import (
     VECTOR_NAME,
     CollectionNotFoundError,
     as_vector,
+    as_vectors,
     check_collection_name,
     check_new_collection,
 )
@@ -370,7 +371,8 @@ class EdgeVectorStore:
 
     def upsert(self, collection: str, points: Sequence[VectorPoint]) -> None:
         dimension = self.dimension(collection)
-        converted = [self._to_point(point, dimension) for point in points]
+        vectors = as_vectors(points, dimension)
+        converted = [self._to_point(point, vector) for point, vector in zip(points, vectors)]
         if not converted:
             return
         with self._shard(collection, writing=True) as shard:
@@ -666,12 +668,11 @@ class EdgeVectorStore:
         _write_atomically(self._restored_marker(collection), str(version))
 
     @staticmethod
-    def _to_point(point: VectorPoint, dimension: int) -> Point:
+    def _to_point(point: VectorPoint, vector: list[float]) -> Point:
         if not isinstance(point.point_id, str) or not point.point_id:
             raise ValueError(f"point id must be a non-empty string, got {point.point_id!r}")
         if ID_KEY in point.payload:
             raise ValueError(f"point {point.point_id!r}: payload key {ID_KEY!r} is reserved for the point id")
-        vector = as_vector(point.vector, dimension, f"point {point.point_id!r}")
         return Point(
             id=point_uuid(point.point_id),
             vector={VECTOR_NAME: vector},

@@ -40,6 +40,7 @@ from graphrag_pipeline.lib.stores.vector_points import (
     VECTOR_NAME,
     CollectionNotFoundError,
     as_vector,
+    as_vectors,
     check_collection_name,
     check_new_collection,
 )
@@ -145,7 +146,8 @@ class QdrantVectorStore:
 
     def upsert(self, collection: str, points: Sequence[VectorPoint]) -> None:
         dimension = self.dimension(collection)
-        converted = [self._to_point(point, dimension) for point in points]  # validate everything before writing
+        vectors = as_vectors(points, dimension)  # validate everything before writing
+        converted = [self._to_point(point, vector) for point, vector in zip(points, vectors)]
         if not converted:
             return
         with self._call(collection):
@@ -332,12 +334,11 @@ class QdrantVectorStore:
         return int(params.size)
 
     @staticmethod
-    def _to_point(point: VectorPoint, dimension: int) -> models.PointStruct:
+    def _to_point(point: VectorPoint, vector: list[float]) -> models.PointStruct:
         if not isinstance(point.point_id, str) or not point.point_id:
             raise ValueError(f"point id must be a non-empty string, got {point.point_id!r}")
         if ID_KEY in point.payload:
             raise ValueError(f"point {point.point_id!r}: payload key {ID_KEY!r} is reserved for the point id")
-        vector = as_vector(point.vector, dimension, f"point {point.point_id!r}")
         return models.PointStruct(
             id=point_uuid(point.point_id),
             vector={VECTOR_NAME: vector},
