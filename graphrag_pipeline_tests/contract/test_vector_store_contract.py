@@ -480,8 +480,13 @@ def test_published_version_and_reader_copy_keep_the_shard_files_sparse(tmp_path:
     published = tmp_path / "vectors" / "published" / version
     working = tmp_path / "vectors" / "collections" / "chunks" / "shard"
     assert not working.exists()  # stored once at rest: the version is the only copy
-    assert store.count("chunks") == 3  # the next operation copies the working shard back from it
+    # The next operation but a count copies the working shard back from it.
+    assert store.point_ids("chunks") == {"chunk-a", "chunk-b", "chunk-c"}
+    # The copy leaves out the version's count of its points, which a write would make wrong.
+    assert (published / "chunks" / "point-count").read_text() == "3" and not (working / "point-count").exists()
+    (published / "chunks" / "point-count").rename(tmp_path / "point-count")
     assert same_files(working, published / "chunks")
+    (tmp_path / "point-count").rename(published / "chunks" / "point-count")
 
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -492,6 +497,39 @@ def test_published_version_and_reader_copy_keep_the_shard_files_sparse(tmp_path:
             allocated, apparent = allocated_and_apparent_bytes(directory)
             assert apparent > 50 * 2**20, name  # Edge's preallocation: otherwise this test proves nothing
             assert allocated * 20 < apparent, (name, allocated, apparent)
+
+
+def test_a_collection_unwritten_since_the_publish_is_counted_from_its_version_without_being_copied_back(
+        tmp_path: Path) -> None:
+    store = edge_store(tmp_path)
+    store.upsert("chunks", corpus()[:3])
+    store.publish()
+    working = tmp_path / "vectors" / "collections" / "chunks" / "shard"
+
+    assert store.count("chunks") == 3
+    assert not working.exists()  # counted from the version's file: nothing copied back, nothing loaded
+
+    store.upsert("chunks", corpus()[3:5])  # a working shard again: counted by loading it, as it changes
+    assert store.count("chunks") == 5
+    store.delete("chunks", ["chunk-a"])
+    assert store.count("chunks") == 4
+    version = store.publish()
+    assert store.count("chunks") == 4 and not working.exists()
+
+    store.ensure_collection("entities", DIM)
+    store.upsert("entities", corpus()[:1])
+    store.publish()  # chunks unwritten since the last version: linked into the new one, their count with them
+    assert store.count("chunks") == 4 and not working.exists()
+    assert store.count("entities") == 1
+
+    # A version published before the counts were kept has none: the collection is copied back and loaded.
+    (tmp_path / "vectors" / "published" / _current(tmp_path) / "chunks" / "point-count").unlink()
+    assert store.count("chunks") == 4 and working.exists()
+    assert version != _current(tmp_path)
+
+
+def _current(tmp_path: Path) -> str:
+    return (tmp_path / "vectors" / "published" / "CURRENT").read_text().strip()
 
 
 def test_sparse_copy_is_identical_and_skips_holes_and_written_zero_blocks(tmp_path: Path) -> None:

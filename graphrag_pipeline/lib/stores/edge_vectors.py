@@ -115,6 +115,11 @@ _EDGE_CONFIG_FILE = "edge_config.json"  # written by Qdrant Edge into every shar
 # each version and back: the payload fields the shard has keyword indexes on. It spares ensure_collection loading the
 # shard to ask, which a stage's run paid before anything else (about 30 ms for the entities of 3k documents).
 _KEYWORD_FIELDS_FILE = "keyword-fields"
+# Ours too, in a collection's copy in a version only (removed when a working shard is restored from it, and written
+# anew into each version a working shard is copied to): how many points it holds. Every stage first compares a
+# collection's count with its bookkeeping, and a collection nobody has written since the last publish is counted from
+# here instead of being copied back and loaded (30-50 ms for each collection of 3k documents, twice for the entities).
+_POINT_COUNT_FILE = "point-count"
 
 
 # An optimize rebuilds every segment holding a deleted point, however few: the rebuilt segment's files hold the live
@@ -276,6 +281,14 @@ def _copy_tree_sparse(source: Path, target: Path) -> None:
     shutil.copytree(source, target, copy_function=_copy_sparse)
 
 
+def _point_count(shard_dir: Path) -> int | None:
+    """The number of points in a collection's copy in a version (None: copied by an earlier version of this code)."""
+    try:
+        return int((shard_dir / _POINT_COUNT_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+
+
 def _read_current(published: Path) -> str | None:
     try:
         version = (published / "CURRENT").read_text(encoding="utf-8").strip()
@@ -413,6 +426,15 @@ class EdgeVectorStore:
             return _search(shard, dimension, vector, limit, must_match, with_payload)
 
     def count(self, collection: str) -> int:
+        self.dimension(collection)
+        with self._locked(collection):
+            if self._state(collection).session_shard is None and not (
+                    self._shard_dir(collection) / _EDGE_CONFIG_FILE).exists():
+                with _flock(self._published_dir / "read.lock", fcntl.LOCK_SH):
+                    version = _read_current(self._published_dir)
+                    published = None if version is None else _point_count(self._published_dir / version / collection)
+                if published is not None:
+                    return published
         with self._shard(collection, writing=False) as shard:
             return _count(shard)
 
@@ -589,10 +611,12 @@ class EdgeVectorStore:
             if optimize or vacuum:
                 shard.optimize()
             shard.flush()
+            points = _count(shard)
         finally:
             shard.close()
         if source != target:
             _copy_tree_sparse(source, target)
+        _write_atomically(target / _POINT_COUNT_FILE, str(points))
 
     def _write_live_points(self, collection: str, target: Path) -> None:
         """A new shard at ``target`` holding the working shard's points, with its vector settings and payload
@@ -663,6 +687,7 @@ class EdgeVectorStore:
                 return
             shutil.rmtree(restoring, ignore_errors=True)  # a restore that died mid-copy
             _copy_tree_sparse(source, restoring)
+        (restoring / _POINT_COUNT_FILE).unlink(missing_ok=True)  # the working shard's count changes with each write
         shutil.rmtree(shard_dir, ignore_errors=True)  # a shard whose creation died before its config was written
         restoring.rename(shard_dir)
         _write_atomically(self._restored_marker(collection), str(version))
