@@ -83,7 +83,14 @@ from graphrag_pipeline.lib.core.models import (
     Quarantined,
     RelationMention,
 )
-from graphrag_pipeline.lib.sources.paths import FolderListing, SourceFile, list_folder, read_file
+from graphrag_pipeline.lib.sources.paths import (
+    FolderListing,
+    SourceFile,
+    has_suffix,
+    list_folder,
+    read_file,
+    relative_posix,
+)
 from graphrag_pipeline.lib.sources.reader import (
     RAW_EXCERPT,
     STAGE,
@@ -691,12 +698,12 @@ def read_catalog(source: CatalogSource) -> SourceScan:
     strict = root.is_file()
     for refused in listing.refused:
         # Entries of a file that may not be read are not kept either: they vanish, and so does what they indexed.
-        item = f"{source.name}:{refused.path.relative_to(root).as_posix()}"
+        item = f"{source.name}:{relative_posix(refused.path, root)}"
         hashes[item] = refused.marker
         quarantined.append(Quarantined(STAGE, item, refused.reason))
     for file in listing.files:
         path = file.path
-        relative = path.name if strict else path.relative_to(root).as_posix()
+        relative = path.name if strict else relative_posix(path, root)
         file_item = f"{source.name}:{relative}"
         try:
             content = read_file(file, source.max_document_bytes)
@@ -801,7 +808,7 @@ def _catalog_files(source: CatalogSource) -> tuple[Path, FolderListing]:
         return root, FolderListing((SourceFile(root, root.resolve()),), ())
     if not root.is_dir():
         raise FileNotFoundError(f"source {source.name!r}: catalog {root} does not exist")
-    listing = list_folder(root, lambda name: Path(name).suffix.lower() in CATALOG_SUFFIXES,
+    listing = list_folder(root, lambda name: has_suffix(name, CATALOG_SUFFIXES),
                           follow_symlinks=source.follow_symlinks)
     return root, listing
 

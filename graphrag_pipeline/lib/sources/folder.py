@@ -34,7 +34,7 @@ from graphrag_pipeline.lib.core.config import FolderSource
 from graphrag_pipeline.lib.core.ids import content_hash
 from graphrag_pipeline.lib.core.models import Document, Quarantined
 from graphrag_pipeline.lib.sources.html_text import html_to_text
-from graphrag_pipeline.lib.sources.paths import FolderListing, list_folder, read_file
+from graphrag_pipeline.lib.sources.paths import FolderListing, has_suffix, list_folder, read_file, relative_posix
 from graphrag_pipeline.lib.sources.reader import (
     RAW_EXCERPT,
     STAGE,
@@ -92,7 +92,6 @@ def read_folder(source: FolderSource, context: ReadContext | None = None) -> Sou
         doc_id = _doc_id(source, root, file.path)
         try:
             content = read_file(file, source.max_document_bytes)
-            modified = file.target.stat().st_mtime
         except OSError as error:
             hashes[doc_id] = unreadable_marker(error)
             quarantined.append(Quarantined(STAGE, doc_id, f"cannot read {file.path}: {error}"))
@@ -113,7 +112,7 @@ def read_folder(source: FolderSource, context: ReadContext | None = None) -> Sou
             reason = f"not valid UTF-8 ({error.reason} at byte {error.start}); convert the file to UTF-8"
             quarantined.append(Quarantined(STAGE, doc_id, reason))
             continue
-        parsed = _parse_file(source, root, file.path, doc_id, raw_text, modified)
+        parsed = _parse_file(source, root, file.path, doc_id, raw_text, content.modified)
         if isinstance(parsed, Quarantined):
             quarantined.append(parsed)
             withdrawn.add(doc_id)
@@ -159,12 +158,12 @@ def _folder_root(source: FolderSource) -> Path:
 def _source_files(source: FolderSource, root: Path) -> FolderListing:
     """Files with a configured extension, hidden files and folders skipped, links checked, in a deterministic order."""
     suffixes = {ext.lower() if ext.startswith(".") else f".{ext.lower()}" for ext in source.extensions}
-    return list_folder(root, lambda name: Path(name).suffix.lower() in suffixes,
+    return list_folder(root, lambda name: has_suffix(name, suffixes),
                        follow_symlinks=source.follow_symlinks)
 
 
 def _doc_id(source: FolderSource, root: Path, path: Path) -> str:
-    return f"{source.name}:{path.relative_to(root).as_posix()}"
+    return f"{source.name}:{relative_posix(path, root)}"
 
 
 def _with_access(source: FolderSource, digest: str) -> str:
@@ -198,7 +197,7 @@ def _parse_file(
     metadata = {
         **json_safe({key: value for key, value in front_matter.items() if key != ACCESS_GROUPS}),
         **({ACCESS_GROUPS: groups} if groups else {}),
-        "path": path.relative_to(root).as_posix(),
+        "path": relative_posix(path, root),
         "extension": suffix,
         "modified": dt.datetime.fromtimestamp(modified, tz=dt.timezone.utc).isoformat(timespec="seconds"),
     }

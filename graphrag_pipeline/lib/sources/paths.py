@@ -23,7 +23,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 from graphrag_pipeline.lib.core.ids import content_hash
 
@@ -58,6 +58,23 @@ class FileContent:
     digest: str  # sha256 of the bytes and a trailing 0x1f (as ``ids.content_hash`` of the decoded text)
     size: int
     data: bytes | None  # None when the file is larger than the limit it was read with
+    modified: float  # seconds since the epoch, of the file read
+
+
+def relative_posix(path: Path, root: Path) -> str:
+    """``path.relative_to(root).as_posix()`` for a path ``list_folder`` found under ``root``, cut from its text where
+    it starts with the root's: every scan and re-sync names every file of a folder, and pathlib's parsing took 0.1 s
+    of a 3k-file folder's 0.2 s."""
+    text, prefix = str(path), f"{root}{os.sep}"
+    if os.sep == "/" and text.startswith(prefix):
+        return text[len(prefix):]
+    return path.relative_to(root).as_posix()
+
+
+def has_suffix(name: str, suffixes: Collection[str]) -> bool:
+    """Whether a file name's extension, lower-cased, is one of ``suffixes`` (each with its dot), as ``Path.suffix``
+    gives it, without building a path for each name listed."""
+    return os.path.splitext(name)[1].lower() in suffixes
 
 
 def list_folder(root: Path, wanted: Callable[[str], bool], *, follow_symlinks: bool) -> FolderListing:
@@ -79,8 +96,8 @@ def list_folder(root: Path, wanted: Callable[[str], bool], *, follow_symlinks: b
             if entry.name.startswith("."):
                 continue
             path = Path(entry.path)
-            shown = path.relative_to(root).as_posix()
             if entry.is_symlink():
+                shown = relative_posix(path, root)
                 target = Path(os.path.realpath(path))
                 is_dir = target.is_dir()
                 if not is_dir and not wanted(entry.name):
@@ -105,10 +122,10 @@ def list_folder(root: Path, wanted: Callable[[str], bool], *, follow_symlinks: b
                 if entry.is_file(follow_symlinks=False):
                     files.append(SourceFile(path, path))
                 else:
-                    refused.append(RefusedEntry(path, f"not a regular file: {shown} is a pipe, socket or device; "
-                                                      "not read"))
+                    refused.append(RefusedEntry(path, f"not a regular file: {relative_posix(path, root)} is a pipe, "
+                                                      "socket or device; not read"))
     def relative(item: SourceFile | RefusedEntry) -> str:
-        return item.path.relative_to(root).as_posix()
+        return relative_posix(item.path, root)
 
     return FolderListing(tuple(sorted(files, key=relative)), tuple(sorted(refused, key=relative)))
 
@@ -155,7 +172,7 @@ def read_file(file: SourceFile, max_bytes: int) -> FileContent:
             data = handle.read()
             if len(data) <= max_bytes:  # it may have grown since fstat
                 digest.update(data + b"\x1f")
-                return FileContent(digest.hexdigest(), len(data), data)
+                return FileContent(digest.hexdigest(), len(data), data, info.st_mtime)
             digest.update(data)
             size = len(data)
         else:
@@ -164,4 +181,4 @@ def read_file(file: SourceFile, max_bytes: int) -> FileContent:
             digest.update(piece)
             size += len(piece)
         digest.update(b"\x1f")
-        return FileContent(digest.hexdigest(), size, None)
+        return FileContent(digest.hexdigest(), size, None, info.st_mtime)

@@ -162,6 +162,23 @@ def test_hidden_entries_and_other_extensions_are_skipped_in_sorted_order(tmp_pat
     assert [document.doc_id for document in read_folder(only_md).documents] == ["docs:z.md"]
 
 
+
+def test_a_folder_named_relatively_or_with_a_trailing_slash_gives_the_same_doc_ids_paths_and_times(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("z.md", "a/b.txt", "a/deeper/c.md"):
+        write(tmp_path / "docs" / name, "x")
+    os.utime(tmp_path / "docs" / "z.md", (1_700_000_000, 1_700_000_000))
+    monkeypatch.chdir(tmp_path / "docs")
+
+    scans = [read_folder(folder(Path(path))) for path in (tmp_path / "docs", f"{tmp_path}/docs/", ".", "./", "../docs")]
+
+    expected = ["docs:a/b.txt", "docs:a/deeper/c.md", "docs:z.md"]
+    for scan in scans:
+        assert [document.doc_id for document in scan.documents] == expected
+        assert [document.metadata["path"] for document in scan.documents] == ["a/b.txt", "a/deeper/c.md", "z.md"]
+        assert by_id(scan)["docs:z.md"].metadata["modified"] == "2023-11-14T22:13:20+00:00"
+        assert scan.hashes == scans[0].hashes
+
 def test_a_read_for_some_shards_parses_only_their_new_and_changed_files_and_hashes_every_file(tmp_path: Path) -> None:
     names = [f"doc-{i}.md" for i in range(12)]
     for name in names:
