@@ -648,6 +648,11 @@ def test_weighted_edges_sum_parallel_relationships(graph_store: GraphStore) -> N
     )
 
     assert sorted(graph_store.weighted_edges()) == [("a", "b", 3.5), ("b", "c", 4.0)]
+    # Around some entities: the edges with an end among them, each once however many of its ends are.
+    assert graph_store.weighted_edges(around=["c"]) == [("b", "c", 4.0)]
+    assert graph_store.weighted_edges(around=["b", "a", "c"]) == [("a", "b", 3.5), ("b", "c", 4.0)]
+    assert graph_store.weighted_edges(around=["a", "unknown"]) == [("a", "b", 3.5)]
+    assert graph_store.weighted_edges(around=[]) == []
 
 
 def test_concurrent_traversals_and_reads(graph_store: GraphStore) -> None:

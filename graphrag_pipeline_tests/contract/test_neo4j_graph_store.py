@@ -283,9 +283,12 @@ def test_traversal_equals_the_embedded_store(open_store, tmp_path: Path) -> None
             expected_hoods = embedded.neighbourhoods(every_id, types, limit)
             assert len(expected_hoods) == len(entities)
             assert store.neighbourhoods(every_id, types, limit) == expected_hoods
-        edges, expected_edges = store.weighted_edges(), embedded.weighted_edges()
-        assert [edge[:2] for edge in edges] == [edge[:2] for edge in expected_edges]
-        assert [edge[2] for edge in edges] == pytest.approx([edge[2] for edge in expected_edges])
+        around = [e.entity_id for e in entities[5:57]] + ["ghost"]  # two batches: edges read by both
+        for edges, expected_edges in ((store.weighted_edges(), embedded.weighted_edges()),
+                                      (store.weighted_edges(around), embedded.weighted_edges(around))):
+            assert [edge[:2] for edge in edges] == [edge[:2] for edge in expected_edges]
+            assert [edge[2] for edge in edges] == pytest.approx([edge[2] for edge in expected_edges])
+        assert 0 < len(expected_edges) < len(embedded.weighted_edges())
         assert store.relationships_between([e.entity_id for e in entities[:30]], limit=500) == (
             embedded.relationships_between([e.entity_id for e in entities[:30]], limit=500)
         )

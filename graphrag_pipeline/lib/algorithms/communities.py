@@ -81,11 +81,52 @@ def update_communities(
     """
     _check_parameters(max_cluster_size, seed)
     graph = _undirected_edge_list(edges)
+    return _update(previous, graph, None, max_cluster_size, seed)
+
+
+def leaves_around(previous: Sequence[Community], touched: Collection[str]) -> tuple[list[Community], set[str]]:
+    """The leaves of ``previous`` with a member among ``touched``, and those entities with every member of those
+    leaves: whose edges ``update_communities_around`` reads."""
+    touched = set(touched)
+    leaves = [c for c in previous if not c.child_ids and not touched.isdisjoint(c.entity_ids)]
+    return leaves, touched.union(*(c.entity_ids for c in leaves))
+
+
+def update_communities_around(
+    previous: Sequence[Community],
+    touched: Collection[str],
+    edges_around: Sequence[tuple[str, str, float]],
+    *,
+    max_cluster_size: int = 10,
+    seed: int = 42,
+) -> CommunityUpdate:
+    """What ``update_communities`` gives over the whole graph, from the edges around a few entities only.
+
+    ``touched`` must hold every entity that gained, lost or re-weighted an edge since ``previous`` was formed (so
+    every other leaf keeps its ``edges_hash`` and is kept without reading its edges), and ``edges_around`` every edge
+    with an end among ``leaves_around(previous, touched)[1]``: whatever is clustered again is among those, with all
+    of its edges. A re-sync that touched a few entities reads a few thousand edges instead of the whole graph."""
+    _check_parameters(max_cluster_size, seed)
+    leaves, _ = leaves_around(previous, touched)
+    graph = _undirected_edge_list(edges_around)
+    return _update(previous, graph, {c.community_id for c in leaves}, max_cluster_size, seed)
+
+
+def _update(
+    previous: Sequence[Community],
+    graph: list[tuple[str, str, float]],
+    checked: Collection[str] | None,
+    max_cluster_size: int,
+    seed: int,
+) -> CommunityUpdate:
+    """``update_communities`` over ``graph`` (``_undirected_edge_list``), comparing the edges hash of the leaves in
+    ``checked`` only (None: of every leaf); the others are kept."""
     adjacency = _adjacency(graph)
     kept_members: dict[str, frozenset[str]] = {}  # previous community -> the members it keeps
     for community in sorted(previous, key=lambda c: -c.level):  # leaves first, their ancestors after them
         if not community.child_ids:
-            unchanged = community.edges_hash == incident_edges_hash(community.entity_ids, adjacency)
+            unchanged = ((checked is not None and community.community_id not in checked)
+                         or community.edges_hash == incident_edges_hash(community.entity_ids, adjacency))
             kept_members[community.community_id] = frozenset(community.entity_ids if unchanged else ())
         else:
             kept_members[community.community_id] = frozenset().union(

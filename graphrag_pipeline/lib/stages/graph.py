@@ -10,6 +10,7 @@ from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.faults import crash_point
 from graphrag_pipeline.lib.core.ids import short_hash
 from graphrag_pipeline.lib.core.models import ChunkText, Entity
+from graphrag_pipeline.lib.stages.communities import record_touched_entities
 from graphrag_pipeline.lib.stages.incremental import Changes
 from graphrag_pipeline.lib.stages.report import StageReport, accounted
 from graphrag_pipeline.lib.stages.vectors import GLOBAL_SHARD, reconcile_collection, sync_points
@@ -81,6 +82,7 @@ def _write(
             mentions, scope = _mentions_of(entities.values()), None
         else:
             mentions, scope = _mentions_after(graph, entities, removed["entity"])
+        record_touched_entities(ws, None if whole else _touched_entities(ws, changed, removed))
     ws.state.record_stage_mark(report.stage, None)
     progress = ws.progress(report.stage, "write elements", len(changed["entity"]) + len(changed["relationship"]))
     with report.timed("write"):
@@ -158,6 +160,20 @@ def _reconcile_with_store(ws: Workspace, synced: dict[str, dict[str, str]], repo
         report.counts["mentions_store_differences"] = len(differing)
         differed |= bool(differing)
     return differed
+
+
+def _touched_entities(ws: Workspace, changed: dict[str, list[str]], removed: dict[str, list[str]]) -> set[str]:
+    """The entities whose edges this sync changes: both ends of every relationship it writes or deletes, and every
+    entity it deletes with the other end of each of its relationships, which go with it. Read before anything is
+    written, while the store still holds what is deleted."""
+    graph = ws.graph_store
+    touched = set(removed["entity"])
+    ends = [(p["source_id"], p["target_id"])
+            for p in ws.state.element_payloads("relationship", changed["relationship"]).values()]
+    ends += [(r.source_id, r.target_id) for r in graph.get_relationships(removed["relationship"]).values()]
+    ends += [(r.source_id, r.target_id) for r in graph.relationships_of(removed["entity"], provenance=False).values()]
+    touched.update(end for pair in ends for end in pair)
+    return touched
 
 
 def _mentions_of(entities: Iterable[Entity]) -> dict[str, list[str]]:

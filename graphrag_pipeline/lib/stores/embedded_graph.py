@@ -775,14 +775,20 @@ class EmbeddedGraphStore:
     def all_relationship_ids(self) -> set[str]:
         return {_id_of("rel", stored) for stored, in self._query("SELECT relationship_id FROM relationships")}
 
-    def weighted_edges(self) -> list[tuple[str, str, float]]:
-        """Undirected (a, b, total weight) with a < b: parallel relationships summed, self-loops left out."""
+    def weighted_edges(self, around: Iterable[str] | None = None) -> list[tuple[str, str, float]]:
+        """Undirected (a, b, total weight) with a < b: parallel relationships summed, self-loops left out; with
+        ``around``, those with an end among these entities."""
         sql = """
             SELECT NULL, MIN({source}, {target}), MAX({source}, {target}), SUM(r.weight) FROM relationships r
-            WHERE {source} != {target} GROUP BY 2, 3
+            WHERE {source} != {target}
         """
+        parameters: list[Any] = []
+        if around is not None:
+            sql += " AND ({source} IN {ent_keys} OR {target} IN {ent_keys})"
+            parameters = [_ids_json(around)] * 2
         # Ordered here, by id: the ends' keys say nothing of their ids' order.
-        return sorted((min(a, b), max(a, b), float(weight)) for _, a, b, weight in self._ends_named(sql))
+        return sorted((min(a, b), max(a, b), float(weight))
+                      for _, a, b, weight in self._ends_named(sql + " GROUP BY 2, 3", parameters))
 
     # -- neighbourhoods -------------------------------------------------------------------------------------------
 

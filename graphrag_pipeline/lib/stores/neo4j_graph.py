@@ -241,6 +241,15 @@ WHERE n <> e AND ($types IS NULL OR r.type IN $types)
 WITH DISTINCT r
 WITH r, startNode(r) AS s, endNode(r) AS t
 """
+# The relationships between entities with an end among ``$ids`` (``weighted_edges(around=...)``).
+_EDGES_AROUND = f"""
+UNWIND $ids AS id
+MATCH (e:{ENTITY_LABEL} {{entity_id: id}})-[r]-(n:{ENTITY_LABEL})
+WHERE n <> e
+WITH DISTINCT r
+RETURN r.relationship_id AS relationship_id, startNode(r).entity_id AS source, endNode(r).entity_id AS target,
+       r.weight AS weight
+"""
 _RELATIONSHIPS_OF = {True: f"{_RELATIONSHIPS_OF_MATCH}RETURN {_RELATIONSHIP_RETURN}",  # by ``provenance``
                      False: f"{_RELATIONSHIPS_OF_MATCH}RETURN {_RELATIONSHIP_RETURN_WITHOUT_PROVENANCE}"}
 
@@ -840,12 +849,17 @@ class Neo4jGraphStore:
             )
         )
 
-    def weighted_edges(self) -> list[tuple[str, str, float]]:
-        """Undirected (a, b, total weight) with a < b: parallel relationships summed, self-loops left out."""
-        records = self._query(
-            f"MATCH (s:{ENTITY_LABEL})-[r]->(t:{ENTITY_LABEL}) WHERE s <> t "
-            "RETURN s.entity_id AS source, t.entity_id AS target, r.weight AS weight"
-        )
+    def weighted_edges(self, around: Iterable[str] | None = None) -> list[tuple[str, str, float]]:
+        """Undirected (a, b, total weight) with a < b: parallel relationships summed, self-loops left out; with
+        ``around``, those with an end among these entities (found from them, by their indexed ids)."""
+        if around is None:
+            records = self._query(
+                f"MATCH (s:{ENTITY_LABEL})-[r]->(t:{ENTITY_LABEL}) WHERE s <> t "
+                "RETURN s.entity_id AS source, t.entity_id AS target, r.weight AS weight"
+            )
+        else:  # by relationship id: an edge between entities of two batches is read by both
+            records = list({record["relationship_id"]: record for batch in self._batches(_unique(around))
+                            for record in self._query(_EDGES_AROUND, ids=list(batch))}.values())
         totals: dict[tuple[str, str], float] = {}
         for record in records:
             a, b = sorted((record["source"], record["target"]))

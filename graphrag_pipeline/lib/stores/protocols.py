@@ -250,6 +250,8 @@ class GraphStore(Protocol):
 
     def all_relationship_ids(self) -> set[str]: ...
 
-    def weighted_edges(self) -> list[tuple[str, str, float]]: ...  # (source, target, weight) for community detection
+    # (a, b, weight) with a < b for community detection: parallel relationships summed, self-loops left out; with
+    # ``around``, only the edges with an end among those entities (what an incremental run re-clusters).
+    def weighted_edges(self, around: Iterable[str] | None = None) -> list[tuple[str, str, float]]: ...
 
     def close(self) -> None: ...

@@ -1,5 +1,6 @@
 import itertools
 import json
+import random
 from collections import defaultdict
 from dataclasses import replace
 
@@ -10,13 +11,16 @@ from graphrag_pipeline.lib.algorithms.communities import (
     community_id,
     detect_communities,
     incident_edges_hash,
+    leaves_around,
     source_titles_of,
     summarize_community_extractively,
     update_communities,
+    update_communities_around,
 )
 from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.config import load_settings
 from graphrag_pipeline.lib.core.models import Community, Entity, Relationship
+from graphrag_pipeline.lib.stages import stage
 from graphrag_pipeline.lib.stages.communities import community_from_payload
 from graphrag_pipeline.lib.stores.state.sql import COMMUNITY_PAYLOADS
 
@@ -136,6 +140,33 @@ def test_new_entities_form_communities_of_their_own_and_removed_ones_leave():
     assert not any(c.entity_ids[0].startswith("i05_") for c in update.communities)
     full_again = detect_communities(grown, max_cluster_size=10, seed=42)
     assert member_sets(update.communities, 0) == member_sets(full_again, 0)  # the full re-clustering agrees here
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_an_update_from_the_edges_around_the_touched_entities_equals_one_over_the_whole_graph(seed):
+    rng = random.Random(seed)
+    before = ring_of_triangles(20) + islands(6) + clique("k", 7)
+    previous = detect_communities(before, max_cluster_size=4, seed=42)
+    weights = {(a, b): w for a, b, w in before}
+    for pair in rng.sample(sorted(weights), 3):  # gone
+        del weights[pair]
+    for pair in rng.sample(sorted(weights), 2):  # re-weighted
+        weights[pair] += 2.0
+    nodes = sorted({end for pair in weights for end in pair})
+    for index in range(3):  # new, between entities old and new
+        weights[(rng.choice(nodes), f"new{index}")] = 1.0
+        weights[(f"new{index}", f"new{(index + 1) % 3}")] = 1.0
+    after = [(a, b, w) for (a, b), w in weights.items()]
+    old = {(a, b): w for a, b, w in before}
+    touched = {end for pair in old.keys() | weights.keys() if old.get(pair) != weights.get(pair) for end in pair}
+
+    whole = update_communities(previous, after, max_cluster_size=4, seed=42)
+    _, around = leaves_around(previous, touched)
+    edges_around = [(a, b, w) for a, b, w in after if a in around or b in around]
+    partial = update_communities_around(previous, touched, edges_around, max_cluster_size=4, seed=42)
+
+    assert partial == whole
+    assert whole.kept > 0 and len(edges_around) < len(after) / 2  # most of the graph was neither read nor re-formed
 
 
 def test_a_partition_without_edge_hashes_is_re_clustered_whole():
@@ -495,6 +526,12 @@ def stage_report(reports, name):
     return next(report for report in reports if report.stage == name)
 
 
+def partition_and_edges(settings) -> tuple[list[Community], list[tuple[str, str, float]]]:
+    with Workspace(settings) as workspace:
+        stored = [community_from_payload(p) for p in workspace.state.payloads(COMMUNITY_PAYLOADS).values()]
+        return sorted(stored, key=lambda c: (c.level, c.community_id)), workspace.graph_store.weighted_edges()
+
+
 @pytest.mark.slow  # builds an index twice
 def test_an_edit_inside_one_group_re_clusters_and_re_summarizes_that_group_alone(tmp_path):
     from graphrag_pipeline.lib.stages.communities import FULL_RUN_MARK
@@ -508,6 +545,7 @@ def test_an_edit_inside_one_group_re_clusters_and_re_summarizes_that_group_alone
     first = build(settings)
     assert stage_report(first, "communities").counts["kept"] == 0  # the first run is a full one
     assert "full re-clustering" in stage_report(first, "communities").notes[0]
+    first_partition, all_edges = partition_and_edges(settings)
 
     # One more dependency inside group 3 (svc3a on a new store): only that group's community changes.
     (catalog / "services.yaml").write_text(group_catalog().replace(
@@ -518,6 +556,21 @@ def test_an_edit_inside_one_group_re_clusters_and_re_summarizes_that_group_alone
     # The group's four services, its team and the new store: one community re-formed, one summary written.
     assert communities["kept"] == 7 and communities["reclustered_entities"] == 6
     assert communities["re_formed"] == 1 and summaries["summarized"] == 1 and summaries["reused"] == 7
+    # Only the edges around what the graph sync touched were read, and the partition is the one an update over
+    # every edge gives.
+    second_partition, all_edges = partition_and_edges(settings)
+    assert 0 < communities["edges_read"] < len(all_edges) / 2
+    expected = update_communities(first_partition, all_edges, seed=settings.communities.seed,
+                                  max_cluster_size=settings.communities.max_cluster_size).communities
+    assert second_partition == expected
+    # A partition written by anything but the stage (here the first one, put back) is not what the record of touched
+    # entities is about: every edge is read, and the update is the same.
+    with Workspace(settings) as workspace:
+        workspace.state.write_payloads(COMMUNITY_PAYLOADS, {c.community_id: ("", json.dumps(c.to_dict()))
+                                                            for c in first_partition}, replace_all=True)
+        again = stage("communities").execute(workspace)
+    assert again.counts["edges_read"] == len(all_edges)
+    assert partition_and_edges(settings)[0] == expected
 
     # Switched off, the next run re-clusters everything, as from scratch; the mark says when it ran.
     third = build(settings.with_overrides(communities={"incremental": False}))
