@@ -72,9 +72,10 @@ def relative_posix(path: Path, root: Path) -> str:
 
 
 def has_suffix(name: str, suffixes: Collection[str]) -> bool:
-    """Whether a file name's extension, lower-cased, is one of ``suffixes`` (each with its dot), as ``Path.suffix``
-    gives it, without building a path for each name listed."""
-    return os.path.splitext(name)[1].lower() in suffixes
+    """Whether a file name's extension, lower-cased, is one of ``suffixes`` (each with its dot): ``Path.suffix``'s
+    rule (from the last dot, which neither starts nor ends the name), without building a path for each name listed."""
+    dot = name.rfind(".")
+    return (name[dot:] if 0 < dot < len(name) - 1 else "").lower() in suffixes
 
 
 def list_folder(root: Path, wanted: Callable[[str], bool], *, follow_symlinks: bool) -> FolderListing:

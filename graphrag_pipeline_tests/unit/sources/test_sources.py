@@ -13,6 +13,7 @@ from graphrag_pipeline.lib.core.ids import content_hash, stable_shard
 from graphrag_pipeline.lib.sources.eval_set import read_eval_set
 from graphrag_pipeline.lib.sources.folder import read_folder, scan_folder_hashes
 from graphrag_pipeline.lib.sources.html_text import html_to_text
+from graphrag_pipeline.lib.sources.paths import has_suffix
 from graphrag_pipeline.lib.sources.reader import ReadContext
 from graphrag_pipeline.lib.sources.registry import read_source, scan_hashes
 
@@ -178,6 +179,12 @@ def test_a_folder_named_relatively_or_with_a_trailing_slash_gives_the_same_doc_i
         assert [document.metadata["path"] for document in scan.documents] == ["a/b.txt", "a/deeper/c.md", "z.md"]
         assert by_id(scan)["docs:z.md"].metadata["modified"] == "2023-11-14T22:13:20+00:00"
         assert scan.hashes == scans[0].hashes
+
+@pytest.mark.parametrize("name", ["a.md", "A.MD", "a", "a.", "a..", "a.md.", "x.tar.gz", "a .md", "é.Md", ".", ".."])
+def test_a_name_has_an_extension_as_pathlib_reads_it(name: str) -> None:
+    for suffixes in ({".md"}, {"."}, {".gz", ".txt"}, {""}):
+        assert has_suffix(name, suffixes) == (Path(name).suffix.lower() in suffixes)
+
 
 def test_a_read_for_some_shards_parses_only_their_new_and_changed_files_and_hashes_every_file(tmp_path: Path) -> None:
     names = [f"doc-{i}.md" for i in range(12)]
