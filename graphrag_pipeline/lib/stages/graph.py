@@ -9,7 +9,7 @@ from graphrag_pipeline.lib.algorithms.merge import entity_from_payload, relation
 from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.faults import crash_point
 from graphrag_pipeline.lib.core.ids import short_hash
-from graphrag_pipeline.lib.core.models import ChunkText, Entity
+from graphrag_pipeline.lib.core.models import ChunkText, Entity, Relationship
 from graphrag_pipeline.lib.stages.communities import record_touched_entities
 from graphrag_pipeline.lib.stages.incremental import Changes
 from graphrag_pipeline.lib.stages.report import StageReport, accounted
@@ -82,7 +82,9 @@ def _write(
             mentions, scope = _mentions_of(entities.values()), None
         else:
             mentions, scope = _mentions_after(graph, entities, removed["entity"])
-        record_touched_entities(ws, None if whole else _touched_entities(ws, changed, removed))
+        # An incremental sync reads its changed relationships once: for their ends here, and to write them below.
+        relationships = None if whole else _relationships(ws, changed["relationship"])
+        record_touched_entities(ws, None if whole else _touched_entities(graph, relationships.values(), removed))
     ws.state.record_stage_mark(report.stage, None)
     progress = ws.progress(report.stage, "write elements", len(changed["entity"]) + len(changed["relationship"]))
     with report.timed("write"):
@@ -105,10 +107,8 @@ def _write(
             progress.advance(len(ids))
         for start in range(0, len(changed["relationship"]), 5000):
             ids = changed["relationship"][start : start + 5000]
-            graph.upsert_relationships(
-                [relationship_from_payload(p, provenance=False)
-                 for p in ws.state.element_payloads("relationship", ids).values()]
-            )
+            batch = relationships if relationships is not None else _relationships(ws, ids)
+            graph.upsert_relationships([batch[r] for r in ids if r in batch])
             crash_point("graph:relationships-written")
             ws.state.record_synced("relationship", {r: current["relationship"][r] for r in ids}, [])
             progress.advance(len(ids))
@@ -162,14 +162,17 @@ def _reconcile_with_store(ws: Workspace, synced: dict[str, dict[str, str]], repo
     return differed
 
 
-def _touched_entities(ws: Workspace, changed: dict[str, list[str]], removed: dict[str, list[str]]) -> set[str]:
+def _relationships(ws: Workspace, relationship_ids: Sequence[str]) -> dict[str, Relationship]:
+    return {rid: relationship_from_payload(p, provenance=False)
+            for rid, p in ws.state.element_payloads("relationship", relationship_ids).items()}
+
+
+def _touched_entities(graph: GraphStore, written: Iterable[Relationship], removed: dict[str, list[str]]) -> set[str]:
     """The entities whose edges this sync changes: both ends of every relationship it writes or deletes, and every
     entity it deletes with the other end of each of its relationships, which go with it. Read before anything is
     written, while the store still holds what is deleted."""
-    graph = ws.graph_store
     touched = set(removed["entity"])
-    ends = [(p["source_id"], p["target_id"])
-            for p in ws.state.element_payloads("relationship", changed["relationship"]).values()]
+    ends = [(r.source_id, r.target_id) for r in written]
     ends += [(r.source_id, r.target_id) for r in graph.get_relationships(removed["relationship"]).values()]
     ends += [(r.source_id, r.target_id) for r in graph.relationships_of(removed["entity"], provenance=False).values()]
     touched.update(end for pair in ends for end in pair)

@@ -241,15 +241,9 @@ WHERE n <> e AND ($types IS NULL OR r.type IN $types)
 WITH DISTINCT r
 WITH r, startNode(r) AS s, endNode(r) AS t
 """
-# The relationships between entities with an end among ``$ids`` (``weighted_edges(around=...)``).
-_EDGES_AROUND = f"""
-UNWIND $ids AS id
-MATCH (e:{ENTITY_LABEL} {{entity_id: id}})-[r]-(n:{ENTITY_LABEL})
-WHERE n <> e
-WITH DISTINCT r
-RETURN r.relationship_id AS relationship_id, startNode(r).entity_id AS source, endNode(r).entity_id AS target,
-       r.weight AS weight
-"""
+# Those relationships of every type, with their ends and weights only (``weighted_edges(around=...)``).
+_EDGES_AROUND = (f"{_RELATIONSHIPS_OF_MATCH}RETURN r.relationship_id AS relationship_id, s.entity_id AS source, "
+                 "t.entity_id AS target, r.weight AS weight")
 _RELATIONSHIPS_OF = {True: f"{_RELATIONSHIPS_OF_MATCH}RETURN {_RELATIONSHIP_RETURN}",  # by ``provenance``
                      False: f"{_RELATIONSHIPS_OF_MATCH}RETURN {_RELATIONSHIP_RETURN_WITHOUT_PROVENANCE}"}
 
@@ -859,7 +853,7 @@ class Neo4jGraphStore:
             )
         else:  # by relationship id: an edge between entities of two batches is read by both
             records = list({record["relationship_id"]: record for batch in self._batches(_unique(around))
-                            for record in self._query(_EDGES_AROUND, ids=list(batch))}.values())
+                            for record in self._query(_EDGES_AROUND, ids=list(batch), types=None)}.values())
         totals: dict[tuple[str, str], float] = {}
         for record in records:
             a, b = sorted((record["source"], record["target"]))
