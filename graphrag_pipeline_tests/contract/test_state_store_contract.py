@@ -35,6 +35,7 @@ from graphrag_pipeline.lib.stores.state.postgres import PostgresStateStore
 from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.lib.stores.state.sql import (
     CAUGHT_UP_MARK,
+    CHUNKS_REMOVED_MARK,
     COMMUNITY_PAYLOADS,
     COMMUNITY_SUMMARY_PAYLOADS,
     SCHEMA_VERSION,
@@ -419,13 +420,13 @@ def test_chunks_replace_and_changed_content_rechunks(state: StateStore) -> None:
     doc = _document("a", "alpha")
     state.upsert_documents([doc], {"a": 3})
     assert state.documents_to_chunk([3], "k1") == [doc]
-    state.replace_chunks(doc, 3, _chunks(doc, 3), "k1")
+    state.replace_chunks([(doc, 3, _chunks(doc, 3))], "k1")
     assert state.documents_to_chunk([3], "k1") == []
     assert state.documents_to_chunk([3], "k2") == [doc]  # another chunking config chunks it again
     assert state.chunks(shards=[3]) == _chunks(doc, 3)
     assert state.chunks(chunk_ids=["a#1"]) == [_chunks(doc, 3)[1]]
 
-    state.replace_chunks(doc, 3, _chunks(doc, 1), "k1")
+    state.replace_chunks([(doc, 3, _chunks(doc, 1))], "k1")
     assert state.chunk_ids() == ["a#0"]
     changed = _document("a", "alpha v2")
     state.upsert_documents([changed], {"a": 3})
@@ -436,10 +437,35 @@ def test_chunks_replace_and_changed_content_rechunks(state: StateStore) -> None:
     assert (state.document_count(), state.chunk_count()) == (0, 0)
 
 
+def test_the_chunks_of_several_documents_are_replaced_in_one_transaction(state: StateStore) -> None:
+    docs = [_document("a", "alpha"), _document("b", "beta")]
+    state.upsert_documents(docs, {"a": 0, "b": 1})
+    state.replace_chunks([(docs[0], 0, _chunks(docs[0], 2)), (docs[1], 1, _chunks(docs[1], 1))], "k")
+    assert state.chunk_ids() == ["a#0", "a#1", "b#0"]
+    assert state.documents_to_chunk([0, 1], "k") == []
+    assert state.shard_holdings([0, 1]) == {0: {"documents": 1, "chunks": 2}, 1: {"documents": 1, "chunks": 1}}
+    assert state.stage_mark(CHUNKS_REMOVED_MARK) is None  # new documents' chunks replaced none
+
+    # A bad chunk of the second document: the first keeps its chunks and stays to be chunked.
+    changed = _document("a", "alpha v2")
+    state.upsert_documents([changed], {"a": 0})
+    unwritable = dataclasses.replace(_chunks(docs[1], 1)[0], text=None)
+    with pytest.raises(Exception, match="(?i)null"):
+        state.replace_chunks([(changed, 0, _chunks(changed, 1)), (docs[1], 1, [unwritable])], "k")
+    assert state.chunks(shards=[0]) == _chunks(docs[0], 2)
+    assert state.documents_to_chunk([0, 1], "k") == [changed]
+    assert state.stage_mark(CHUNKS_REMOVED_MARK) is None
+
+    state.replace_chunks([(changed, 0, _chunks(changed, 1)), (docs[1], 1, [])], "k")
+    assert state.chunk_ids() == ["a#0"]
+    assert state.stage_mark(CHUNKS_REMOVED_MARK) == "1"  # what cuts the embedding cache back
+    assert state.documents_to_chunk([0, 1], "k") == []
+
+
 def test_chunk_and_document_join_used_by_the_query_module(state: StateStore) -> None:
     doc = _document("a", "alpha")
     state.upsert_documents([doc], {"a": 0})
-    state.replace_chunks(doc, 0, _chunks(doc, 2), "k")
+    state.replace_chunks([(doc, 0, _chunks(doc, 2))], "k")
     rows = state.query(
         "SELECT c.chunk_id, d.title, c.text FROM chunks c JOIN documents d ON d.doc_id = c.doc_id ORDER BY c.position"
     )
@@ -495,7 +521,7 @@ def _extraction(chunk_id: str, name: str) -> ChunkExtraction:
 def test_extractions_of_a_family_stand_in_until_replaced(state: StateStore) -> None:
     doc = _document("a", "alpha")
     state.upsert_documents([doc], {"a": 0})
-    state.replace_chunks(doc, 0, _chunks(doc, 2), "k")
+    state.replace_chunks([(doc, 0, _chunks(doc, 2))], "k")
     state.store_extractions("rules+v1", [_extraction("a#0", "old0"), _extraction("a#1", "old1")])
     state.store_extractions("rules+v2", [_extraction("a#0", "new0")])
     assert state.extractions(["a#0", "a#1"], "rules+v2") == {"a#0": _extraction("a#0", "new0")}
@@ -503,7 +529,7 @@ def test_extractions_of_a_family_stand_in_until_replaced(state: StateStore) -> N
     assert live == [("a", "a#0", "new0"), ("a", "a#1", "old1")]
     assert state.stale_extraction_chunks("rules+v2", "rules") == ["a#1"]
 
-    state.replace_chunks(doc, 0, _chunks(doc, 1), "k")  # a#1 is gone
+    state.replace_chunks([(doc, 0, _chunks(doc, 1))], "k")  # a#1 is gone
     assert state.prune_extractions("rules+v2", "rules") == 2  # a#1's old one, a#0's replaced old one
     assert state.extractions(["a#0", "a#1"], "rules+v1") == {}
 
@@ -511,8 +537,7 @@ def test_extractions_of_a_family_stand_in_until_replaced(state: StateStore) -> N
 def test_what_the_elements_were_merged_from(state: StateStore) -> None:
     docs = [_document("b", "beta"), _document("a", "alpha")]
     state.upsert_documents(docs, {"a": 0, "b": 0})
-    for doc in docs:
-        state.replace_chunks(doc, 0, _chunks(doc, 2), "k")
+    state.replace_chunks([(doc, 0, _chunks(doc, 2)) for doc in docs], "k")
     state.store_extractions("rules+v1", [_extraction(c, c) for c in ("a#0", "a#1", "b#0", "b#1")])
     state.store_extractions("rules+v2", [_extraction("b#1", "b#1 again")])
     live = state.live_extraction_hashes("rules+v2", "rules")

@@ -82,8 +82,8 @@ def test_run_metadata_names_only_documents_the_index_holds_without_groups(tmp_pa
         Document("t:secret.md", "t", "secret.md", "Secret plan", "y", "h2", {"access_groups": ["launch-team"]}),
     ]
     state.upsert_documents(documents, {"t:public.md": 0, "t:secret.md": 0})
-    for doc in documents:
-        state.replace_chunks(doc, 0, [Chunk(f"chunk-{doc.doc_id}", doc.doc_id, 0, doc.text, 1, 0, 1)], "key")
+    state.replace_chunks(
+        [(doc, 0, [Chunk(f"chunk-{doc.doc_id}", doc.doc_id, 0, doc.text, 1, 0, 1)]) for doc in documents], "key")
     report = StageReport(
         "raw_documents",
         counts={"new": 3},

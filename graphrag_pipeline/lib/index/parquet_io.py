@@ -244,10 +244,13 @@ def load_state(state: StateStore, tables: dict[str, pa.Table], embedder_model: s
         chunks_by_doc.setdefault(r["doc_id"], []).append(
             Chunk(r["chunk_id"], r["doc_id"], r["position"], r["text"], r["token_count"], r["start_char"],
                   r["end_char"], tuple(r["headings"])))
+    chunked_by_key: dict[str, list[tuple[Document, int, list[Chunk]]]] = {}
     for doc, row in zip(docs, documents):
         if row["chunked_key"] is not None:
-            chunking_key = row["chunked_key"].split(":", 1)[1]
-            state.replace_chunks(doc, row["shard"], chunks_by_doc.get(doc.doc_id, []), chunking_key)
+            chunked_by_key.setdefault(row["chunked_key"].split(":", 1)[1], []).append(
+                (doc, row["shard"], chunks_by_doc.get(doc.doc_id, [])))
+    for chunking_key, chunked in chunked_by_key.items():
+        state.replace_chunks(chunked, chunking_key)
     state.cache_embeddings(embedder_model, {
         r["text_hash"]: np.asarray(r["vector"], dtype=np.float32) for r in tables["embeddings"].to_pylist()})
     by_key: dict[str, list] = {}

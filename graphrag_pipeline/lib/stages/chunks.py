@@ -36,22 +36,24 @@ def chunk_documents(ws: Workspace, shards: Iterable[int]) -> StageReport:
         for batch in _batches(documents, TOKENIZE_BATCH_CHARS):
             # Tokenized together: a fast tokenizer spreads a batch over the cores.
             spans = document_token_spans([doc.text for doc in batch], tokenizer, [doc.doc_id for doc in batch])
+            chunked = []
             for doc, doc_spans in zip(batch, spans):
                 try:
                     chunks = chunk_document(doc, strategy=config.strategy, size=size, overlap=overlap,
                                             max_chunks_per_document=limit, tokenizer=tokenizer, spans=doc_spans)
                 except ChunkLimitExceeded as error:
-                    # No chunks (earlier ones withdrawn with the rest of the old version) and the reason; the run
-                    # goes on.
+                    # No chunks (earlier ones withdrawn with the rest of the old version) and the reason, recorded
+                    # before the document is marked chunked; the run goes on.
                     ws.state.quarantine([Quarantined(report.stage, doc.doc_id, f"{error}; not indexed")])
                     chunks = []
                     quarantined += 1
-                ws.state.replace_chunks(doc, stable_shard(doc.doc_id, ws.settings.shard_count), chunks, key)
+                chunked.append((doc, stable_shard(doc.doc_id, ws.settings.shard_count), chunks))
                 produced += len(chunks)
                 if len(report.sample) < 5 and chunks:
                     report.sample.append({"chunk_id": chunks[0].chunk_id, "doc_id": doc.doc_id,
                                           "tokens": chunks[0].token_count, "text": chunks[0].text[:80]})
-                progress.advance()
+            ws.state.replace_chunks(chunked, key)
+            progress.advance(len(chunked))
     report.counts.update(documents_rechunked=len(documents), chunks_written=produced, quarantined=quarantined,
                          chunk_size=size, chunk_overlap=overlap)
     return report

@@ -590,23 +590,24 @@ class SQLStateStore(abc.ABC):
 
     # --- chunks ------------------------------------------------------------------------------------------------
 
-    def replace_chunks(self, doc: Document, shard: int, chunks: Sequence[Chunk], chunking_key: str) -> None:
-        """Swap a document's chunks in one transaction and mark the document chunked at its current content."""
+    def replace_chunks(self, chunked: Sequence[tuple[Document, int, Sequence[Chunk]]], chunking_key: str) -> None:
+        """Swap each (document, shard, chunks)'s chunks and mark the documents chunked at their current content, all
+        in one transaction (one per document was a third of the chunks stage)."""
         with self.transaction() as conn:
-            if conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc.doc_id,)).rowcount:
+            # A statement per document: a statement's rowcount is the same in both databases, and executemany's not.
+            if sum([conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc.doc_id,)).rowcount
+                    for doc, _, _ in chunked]):
                 conn.execute("INSERT OR REPLACE INTO stage_marks VALUES (?, ?)", (CHUNKS_REMOVED_MARK, "1"))
             conn.executemany(
                 "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (c.chunk_id, c.doc_id, shard, c.position, c.text, c.token_count, c.start_char, c.end_char,
                      json.dumps(list(c.headings)))
-                    for c in chunks
+                    for _, shard, chunks in chunked for c in chunks
                 ],
             )
-            conn.execute(
-                "UPDATE documents SET chunked_key = content_hash || ':' || ? WHERE doc_id = ?",
-                (chunking_key, doc.doc_id),
-            )
+            conn.executemany("UPDATE documents SET chunked_key = content_hash || ':' || ? WHERE doc_id = ?",
+                             [(chunking_key, doc.doc_id) for doc, _, _ in chunked])
 
     def chunks(self, shards: Iterable[int] | None = None, chunk_ids: Iterable[str] | None = None) -> list[Chunk]:
         sql = "SELECT chunk_id, doc_id, position, text, token_count, start_char, end_char, headings FROM chunks"
