@@ -210,9 +210,11 @@ def _write_summaries(ws: Workspace, plan: _SummaryPlan, report: StageReport) -> 
 def _index_summaries(ws: Workspace, summaries: dict[str, dict], report: StageReport) -> None:
     """Make the ``communities`` collection hold a point per stored summary."""
     wanted = {
-        # The text keys the point: a new title or summary (new chunks behind it) gives it a new vector.
+        # The text keys the point: a new title or summary (new chunks behind it) gives it a new vector. The payload
+        # says what the point is, without the documents a summary is written from, which the query reads from the
+        # state (as for entities: see sync_graph).
         cid: (GLOBAL_SHARD, "\n".join([s["title"], s["summary"], *s["chunk_ids"][:COMMUNITY_VECTOR_CHUNKS]]),
-              {"doc_ids": s["written_from"][:200], "level": s["level"], "title": s["title"]})
+              {"level": s["level"], "title": s["title"]})
         for cid, s in summaries.items()
     }
     sync_points(ws, COMMUNITIES, wanted, None, report,

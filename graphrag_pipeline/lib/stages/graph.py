@@ -115,10 +115,11 @@ def _write(
     with report.timed("mentions"):
         _sync_mentions(ws, mentions, synced["mentions"], scope, report)
     crash_point("graph:mentions-written")
-    wanted = {
-        eid: (GLOBAL_SHARD, e.name, {"doc_ids": list(e.doc_ids[:200]), "name": e.name, "type": e.type})
-        for eid, e in entities.items()
-    }
+    # What the point is, without its documents: the query links questions to entities without reading payloads and
+    # takes documents (and so what a caller may read) from the graph and the state, and qdrant-edge converts each
+    # payload value in 2-7 µs (musique-100's entities' document lists cost 1.1 s of the graph stage, and a re-sync
+    # wrote every entity an edited document mentions again, for one more document id).
+    wanted = {eid: (GLOBAL_SHARD, e.name, {"name": e.name, "type": e.type}) for eid, e in entities.items()}
     # A name keys one entity's point, which keeps its vector while the name stays: caching it as well held a second
     # copy of every entity's vector, most of the embedding cache, that nothing read.
     sync_points(ws, ENTITIES, wanted, None, report, cache_new_texts=False,
