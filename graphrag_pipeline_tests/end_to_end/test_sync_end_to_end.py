@@ -245,6 +245,32 @@ def test_a_point_whose_payload_alone_changed_keeps_its_vector_and_uncached_texts
         assert ws.state.query("SELECT COUNT(*) FROM embedding_cache") == [(0,)]
 
 
+def test_new_points_of_a_corpus_wide_collection_written_by_a_killed_run_are_found_and_deleted(tmp_path):
+    """A first build writes a corpus-wide collection's new points without booking them first; a kill after the write
+    leaves more points than bookkeeping, which the next run finds by count: it ends with exactly what it wants."""
+
+    class Killed(BaseException):
+        pass
+
+    def kill_after_upsert(point: str) -> None:
+        if point == f"test:{ENTITIES}:upserted":
+            raise Killed(point)
+
+    (tmp_path / "corpus").mkdir()
+    with Workspace(folder_settings(tmp_path / "index", tmp_path / "corpus"), embedder=CountingEmbedder()) as ws:
+        first = {"e1": (GLOBAL_SHARD, "payments-api", {"type": "Service"}),
+                 "e2": (GLOBAL_SHARD, "checkout", {"type": "Service"})}
+        with faults.watching(kill_after_upsert), pytest.raises(Killed):
+            sync_points(ws, ENTITIES, first, None, StageReport("test"), cache_new_texts=False)
+        assert ws.vector_store.count(ENTITIES) == 2 and ws.state.indexed_point_count(ENTITIES) == 0
+
+        # The next run no longer wants e2: the killed run's copy of it must not survive.
+        report = StageReport("test")
+        sync_points(ws, ENTITIES, {"e1": first["e1"]}, None, report, cache_new_texts=False)
+        assert report.counts[f"{ENTITIES}_unbooked_points_deleted"] == 2
+        assert ws.vector_store.point_ids(ENTITIES) == {"e1"} and set(ws.state.indexed_points(ENTITIES)) == {"e1"}
+
+
 def test_texts_are_embedded_in_rounds_of_about_one_length(tmp_path, monkeypatch):
     """Each round sent to the embedder is a run of the length order, not of the id order (a round that mixed
     one-word names with long passages would pad every batch to its longest text), and holds EMBEDDING_BATCH distinct

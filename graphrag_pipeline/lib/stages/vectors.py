@@ -113,6 +113,10 @@ def sync_points(
     point whose text is unchanged keeps its stored vector, whatever happened to its payload. Each batch is booked
     ``UNSYNCED`` before it is written and with its key after, so a rerun after a kill rewrites the unfinished batch
     and deletes what a killed run wrote for points that have since disappeared.
+    A corpus-wide collection's points that nothing booked yet (a first build's tens of thousands) are not booked
+    before they are written: the stage is their one writer, and were it killed after writing them, the collection
+    would hold more points than its bookkeeping names, which the next run's ``reconcile_collection`` finds by count
+    and deletes.
     ``vectors_of``: computes the vectors of a batch of point ids instead of embedding their texts, which then only
     decide (with the payload) whether a point changed. ``cache_new_texts=False``: the vectors of new texts are not
     added to the embedding cache (texts that only ever key one point: the store keeps their vector already).
@@ -122,6 +126,7 @@ def sync_points(
     report.counts.setdefault("vectors_kept", 0)
     reconcile_collection(ws, collection, report)
     indexed = ws.state.indexed_points(collection, shards)
+    booked = indexed.keys()
     if only is not None:
         indexed = {pid: key for pid, key in indexed.items() if pid in only}
     keys = {pid: point_key(ws.embedder.name, text, payload) for pid, (_, text, payload) in wanted.items()}
@@ -141,7 +146,9 @@ def sync_points(
                                     embed_texts_cached(ws, [wanted[pid][1] for pid in to_compute], report,
                                                        keep_new=cache_new_texts)))
             vectors = [kept[pid] if pid in kept else computed[pid] for pid in batch]
-            ws.state.record_indexed_points(collection, {pid: (wanted[pid][0], UNSYNCED) for pid in batch}, [])
+            unsynced = {pid: (wanted[pid][0], UNSYNCED) for pid in batch if shards is not None or pid in booked}
+            if unsynced:
+                ws.state.record_indexed_points(collection, unsynced, [])
             with report.timed("upsert"):
                 ws.vector_store.upsert(
                     collection, [VectorPoint(pid, vec, wanted[pid][2]) for pid, vec in zip(batch, vectors)]
