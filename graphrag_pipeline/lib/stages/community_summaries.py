@@ -212,7 +212,7 @@ def _index_summaries(ws: Workspace, summaries: dict[str, dict], report: StageRep
     wanted = {
         # The text keys the point: a new title or summary (new chunks behind it) gives it a new vector. The payload
         # says what the point is, without the documents a summary is written from, which the query reads from the
-        # state (as for entities: see sync_graph).
+        # state (as for entities: see the graph stage's _write).
         cid: (GLOBAL_SHARD, "\n".join([s["title"], s["summary"], *s["chunk_ids"][:COMMUNITY_VECTOR_CHUNKS]]),
               {"level": s["level"], "title": s["title"]})
         for cid, s in summaries.items()
