@@ -7,7 +7,7 @@ Configuration lives in pydantic models (``lib.config``); these are data.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 # Where sources put a document's last-modified time (their own clock), ISO 8601: folders the file's ("modified"),
@@ -164,7 +164,7 @@ class Community:
     edges_hash: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return _fields_of(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +179,14 @@ class CommunitySummary:
     rating: float | None = None  # importance 0-10, from an LLM community report (extractive summaries have none)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return _fields_of(self)
+
+
+def _fields_of(record: Any) -> dict[str, Any]:
+    """``asdict`` without its deep copy, for records whose fields are strings, numbers and tuples of strings, which
+    nothing can change: ``asdict`` copies each string of a tuple, and a community lists up to every entity of the
+    graph."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
 
 
 @dataclass(frozen=True, slots=True)
