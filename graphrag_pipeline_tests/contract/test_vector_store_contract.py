@@ -674,10 +674,14 @@ def test_ensure_collection_opens_no_shard_whose_own_file_lists_its_indexed_field
         "ent-x", "ent-y"]
 
 
-def test_a_writer_killed_inside_a_session_keeps_every_write_that_returned(tmp_path: Path) -> None:
-    """A stage records a batch as stored once its upsert returns, so a session may not hold writes back until it
-    ends: the process can be killed before then."""
+def test_a_writer_killed_inside_a_session_leaves_each_point_as_it_was_or_as_written(tmp_path: Path) -> None:
+    """A session's writes are durable once it has ended (a stage books them after it): killed inside it, a writer
+    may have kept any part of them, but the collection opens, holds no point the writer did not write or find there,
+    and takes writes again."""
     store = edge_store(tmp_path)
+    before = {f"old-{i}" for i in range(10)}
+    store.upsert("chunks", [VectorPoint(pid, (1.0, i + 1.0, 0.0, 0.0), {"doc_ids": []})
+                            for i, pid in enumerate(sorted(before))])
     killed_writer = """
         import json, os, sys
         from graphrag_pipeline.lib.core.models import VectorPoint
@@ -687,13 +691,18 @@ def test_a_writer_killed_inside_a_session_keeps_every_write_that_returned(tmp_pa
             for batch in range(5):
                 store.upsert("chunks", [VectorPoint(f"k-{batch}-{i}", (1.0, i + 1.0, batch, 0.0), {"doc_ids": []})
                                         for i in range(10)])
-            store.delete("chunks", ["k-0-0"])
+            store.delete("chunks", ["old-0"])
             print(json.dumps({"written": 50}), flush=True)
             os._exit(0)  # killed inside the session: nothing ends it, nothing closes the shard
     """
     assert run_in_subprocess(killed_writer, str(tmp_path / "vectors")) == {"written": 50}
 
-    assert store.point_ids("chunks") == {f"k-{b}-{i}" for b in range(5) for i in range(10)} - {"k-0-0"}
+    written = {f"k-{b}-{i}" for b in range(5) for i in range(10)}
+    reopened = EdgeVectorStore(tmp_path / "vectors")
+    assert before - {"old-0"} <= reopened.point_ids("chunks") <= before | written
+    reopened.upsert("chunks", [VectorPoint("k-0-0", (0.0, 0.0, 0.0, 1.0), {"doc_ids": []})])
+    assert "k-0-0" in reopened.point_ids("chunks")
+    assert reopened.search("chunks", [0.0, 0.0, 0.0, 1.0], limit=1)[0].point_id == "k-0-0"
 
 
 @pytest.mark.parametrize("created_by", ["this version", "an earlier version"])

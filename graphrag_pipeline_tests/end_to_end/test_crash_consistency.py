@@ -141,9 +141,11 @@ def test_a_build_killed_at_any_point_and_run_again_equals_a_fresh_build(harness,
     assert not failures, "\n".join(failures)
 
 
-def test_a_process_killed_after_the_graph_writes_converges_after_a_delete(harness, tmp_path):
+@pytest.mark.parametrize("point", ["graph:entities-written", "graph:entities:upserted"])
+def test_a_process_killed_after_the_graph_writes_converges_after_a_delete(harness, tmp_path, point):
     """The finding as reported: kill -9 in the graph stage after its writes but before its bookkeeping, then a
-    restricted document deleted; every later build failed and the document's entities stayed in the graph."""
+    restricted document deleted; every later build failed and the document's entities stayed in the graph. Also
+    killed inside the entity points' session, whose writes no flush has made durable yet."""
     index_dir = tmp_path / "index"
     copy_index(harness["base"], index_dir)
     corpus = make_corpus(harness["root"], restricted=True)
@@ -152,7 +154,7 @@ def test_a_process_killed_after_the_graph_writes_converges_after_a_delete(harnes
                                   "sources": [{"name": "t", "kind": "folder", "path": str(corpus)}]}))
     command = [*CLI, "--config", str(config), "build", "--json"]
     killed = subprocess.run(command, capture_output=True, text=True, timeout=600,
-                            env={**cli_env(), faults.CRASH_ENV: "graph:entities-written"})
+                            env={**cli_env(), faults.CRASH_ENV: point})
     assert killed.returncode == faults.KILLED_EXIT_CODE, killed.stderr[-2000:]
     (corpus / "nightjar.md").unlink()
     rerun = subprocess.run(command, capture_output=True, text=True, timeout=600, env=cli_env())

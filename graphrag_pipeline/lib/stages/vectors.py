@@ -111,7 +111,8 @@ def sync_points(
 ) -> None:
     """Make `collection` (restricted to `shards`) hold exactly `wanted`, embedding only what is new or changed: a
     point whose text is unchanged keeps its stored vector, whatever happened to its payload. Each batch is booked
-    ``UNSYNCED`` before it is written and with its key after, so a rerun after a kill rewrites the unfinished batch
+    ``UNSYNCED`` before it is written and with its key after (a corpus-wide collection's batches once their session
+    has ended: see ``VectorStore.session``), so a rerun after a kill rewrites the unfinished batches
     and deletes what a killed run wrote for points that have since disappeared.
     A corpus-wide collection's points that nothing booked yet (a first build's tens of thousands) are not booked
     before they are written: the stage is their one writer, and were it killed after writing them, the collection
@@ -133,8 +134,13 @@ def sync_points(
     stale = [pid for pid, key in keys.items() if indexed.get(pid) != key]
     removed = sorted(set(indexed) - set(wanted))
     progress = ws.progress(report.stage, f"embed {collection}", len(stale))
-    # A corpus-wide collection (``shards`` None) has one writer, this stage: its batches share one open collection.
-    with ws.vector_store.session(collection) if shards is None and (stale or removed) else nullcontext():
+    # A corpus-wide collection (``shards`` None) has one writer, this stage: its batches share one open collection,
+    # whose writes are durable once the session has ended, and are booked then (``written``). The deletes come after
+    # that booking: a killed run leaves either more points than bookkeeping or fewer, never both, which would hide
+    # each other from the count that ``reconcile_collection`` checks first.
+    in_session = shards is None and bool(stale)
+    written: dict[str, tuple[int, str]] = {}
+    with ws.vector_store.session(collection) if in_session else nullcontext():
         for batch in embedding_rounds(stale, lambda pid: wanted[pid][1]):
             same_text = [pid for pid in batch if built_from(indexed.get(pid), keys[pid].partition(":")[0])]
             kept = ws.vector_store.vectors(collection, same_text) if same_text else {}  # a first build has none
@@ -154,13 +160,18 @@ def sync_points(
                     collection, [VectorPoint(pid, vec, wanted[pid][2]) for pid, vec in zip(batch, vectors)]
                 )
             crash_point(f"{report.stage}:{collection}:upserted")
-            ws.state.record_indexed_points(collection, {pid: (wanted[pid][0], keys[pid]) for pid in batch}, [])
+            written.update({pid: (wanted[pid][0], keys[pid]) for pid in batch})
+            if not in_session:
+                ws.state.record_indexed_points(collection, written, [])
+                written.clear()
             progress.advance(len(batch))
-        if removed:
-            with report.timed("delete"):
-                ws.vector_store.delete(collection, removed)
-            crash_point(f"{report.stage}:{collection}:deleted")
-            ws.state.record_indexed_points(collection, {}, removed)
+    if written:
+        ws.state.record_indexed_points(collection, written, [])
+    if removed:
+        with report.timed("delete"):
+            ws.vector_store.delete(collection, removed)
+        crash_point(f"{report.stage}:{collection}:deleted")
+        ws.state.record_indexed_points(collection, {}, removed)
     crash_point(f"{report.stage}:{collection}:before-publish")
     with report.timed("publish"):
         ws.vector_store.publish()

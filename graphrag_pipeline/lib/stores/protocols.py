@@ -72,9 +72,10 @@ class VectorStore(Protocol):
 
     def collections(self) -> list[str]: ...  # names of the collections that exist
 
-    # A block of this thread's writes to one collection, each as durable when it returns as outside the block: the
-    # embedded store keeps the collection's shard open through it (and other writers out), where each write would
-    # load and close it. For a collection with one writer, its stage.
+    # A block of this thread's writes to one collection, durable once the block has ended (or raised): the embedded
+    # store keeps the collection's shard open through it (and other writers out), where each write would load, flush
+    # and close it. A process killed inside the block may have kept any part of them, so a caller books what the
+    # block wrote after it. For a collection with one writer, its stage.
     def session(self, collection: str) -> ContextManager[None]: ...
 
     def publish(self) -> None: ...  # make all writes visible to readers in other processes (no-op for servers)
