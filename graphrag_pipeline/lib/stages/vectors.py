@@ -46,8 +46,8 @@ def reconcile_collection(ws: Workspace, collection: str, report: StageReport) ->
     """Make the bookkeeping of ``collection`` agree with what the vector store holds: points the store lost (a
     deleted ``vectors/`` folder, a replaced server) are forgotten, so they are written again, and points it holds
     without bookkeeping are deleted. Returns the shards of the lost points. Counts decide whether ids are compared
-    at all: bookkeeping is recorded before every write, so after a clean run or a kill the store never holds more
-    than the bookkeeping names."""
+    at all: after a clean run they agree, and a killed ``sync_points`` leaves the store holding more points than the
+    bookkeeping names (written, not yet booked) or fewer (deleted, not yet unbooked), never both."""
     ws.vector_store.ensure_collection(collection, ws.embedding_dimension)
     if ws.vector_store.count(collection) == ws.state.indexed_point_count(collection):
         return set()
