@@ -160,10 +160,11 @@ def sync_points(
                     collection, [VectorPoint(pid, vec, wanted[pid][2]) for pid, vec in zip(batch, vectors)]
                 )
             crash_point(f"{report.stage}:{collection}:upserted")
-            written.update({pid: (wanted[pid][0], keys[pid]) for pid in batch})
-            if not in_session:
-                ws.state.record_indexed_points(collection, written, [])
-                written.clear()
+            keyed = {pid: (wanted[pid][0], keys[pid]) for pid in batch}
+            if in_session:
+                written.update(keyed)
+            else:
+                ws.state.record_indexed_points(collection, keyed, [])
             progress.advance(len(batch))
     if written:
         ws.state.record_indexed_points(collection, written, [])
