@@ -6,7 +6,9 @@ Builds `data/corpus` + `data/catalog` twice in this process with one loaded embe
 embedded graph, Qdrant Edge) and on servers (PostgreSQL state from the tests' throw-away PostgreSQL 18, ArcadeDB's
 Bolt server, qdrant-client's local mode). Prints each build's per-stage seconds, then query latency percentiles per
 mode over the same questions, Bolt statements per question on the servers, the time the server's read transactions
-took by their first statement, and whether both indexes gave the same top document for each question.
+took by their first statement, the server's floor (a statement that reads nothing, and one that only lists the
+relationships of each walk's seeds, the least a walk from them reads), and whether both indexes gave the same top
+document for each question.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+from neo4j import GraphDatabase
 
 from graphrag_pipeline.lib.compose.workspace import Workspace
 from graphrag_pipeline.lib.core.config import load_settings
 from graphrag_pipeline.lib.embed.embedders import configured_embedder
 from graphrag_pipeline.lib.stages import build_everything
-from graphrag_pipeline.lib.stores.neo4j_graph import Neo4jGraphStore
+from graphrag_pipeline.lib.stores.neo4j_graph import ENTITY_LABEL, Neo4jGraphStore
 from graphrag_pipeline.query import open_index
 from graphrag_pipeline_tests.conftest import SAMPLE_CATALOG, SAMPLE_CORPUS
 from graphrag_pipeline_tests.contract.bolt_server import arcadedb_bolt_server, stop_arcadedb_bolt_server
@@ -42,6 +45,12 @@ QUESTIONS = (
 )
 MODES = ("vector", "graph", "hybrid")
 STATEMENT_LABEL = 100  # characters of a statement that name it in the timings
+# The floor of a walk on the server: one statement that reads nothing, and one that lists each seed's relationships
+# and their other ends, without aggregating, ordering or going a hop further.
+NOTHING = "RETURN 1 AS one"
+SEEDS_RELATIONSHIPS = (f"UNWIND $ids AS id MATCH (e:{ENTITY_LABEL} {{entity_id: id}})-[r]-(n:{ENTITY_LABEL}) "
+                       "RETURN e.entity_id AS entity_id, n.entity_id AS other, r.relationship_id AS relationship_id, "
+                       "r.weight AS weight")
 
 
 def _build(settings, embedder) -> dict[str, float]:
@@ -60,6 +69,7 @@ class ReadCounter:
     def __init__(self) -> None:
         self.transactions = self.statements = 0
         self.milliseconds: dict[str, list[float]] = defaultdict(list)
+        self.walk_seeds: list[list[str]] = []  # the seed ids of each walk statement, for the floor
         original = Neo4jGraphStore._read
 
         def counted(store, work):
@@ -71,6 +81,9 @@ class ReadCounter:
 
                 def counted_run(cypher, *args, **kwargs):
                     self.statements += 1
+                    parameters = args[0] if args else kwargs
+                    if "seeds" in parameters:
+                        self.walk_seeds.append([seed for seed, _ in parameters["seeds"]])
                     first.append(" ".join(cypher.split())[:STATEMENT_LABEL])
                     return run(cypher, *args, **kwargs)
 
@@ -96,6 +109,7 @@ def _latencies(settings, embedder, questions, repeats: int, reads: ReadCounter,
     with open_index(settings=settings, embedder=embedder) as index:
         index.query(questions[0])  # lookups built on the first question: paid once per process
         reads.milliseconds.clear()
+        reads.walk_seeds.clear()
         for _ in range(repeats):
             for question in questions:
                 for mode in MODES:
@@ -109,6 +123,26 @@ def _latencies(settings, embedder, questions, repeats: int, reads: ReadCounter,
                     if mode == "hybrid" and len(tops) < len(questions):
                         tops.append(response.results[0].doc_id if response.results else "")
     return times, round_trips, tops, steps
+
+
+def _floor(bolt, database: str, walk_seeds: list[list[str]], repeats: int) -> dict[str, tuple[float, float]]:
+    """Median milliseconds (and rows) of ``NOTHING`` and of ``SEEDS_RELATIONSHIPS`` for each walk's seeds, each run
+    ``repeats`` times in a read transaction of its own, as the store runs its reads."""
+    def rows_of(tx, cypher: str, parameters: dict) -> list:
+        return list(tx.run(cypher, parameters))
+
+    timings: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    with GraphDatabase.driver(bolt.uri, auth=(bolt.user, bolt.password)) as driver:
+        for _ in range(repeats):
+            for seeds in walk_seeds:
+                for name, cypher, parameters in (("nothing", NOTHING, {}),
+                                                 ("seeds", SEEDS_RELATIONSHIPS, {"ids": seeds})):
+                    with driver.session(database=database) as session:
+                        started = time.perf_counter()
+                        rows = session.execute_read(rows_of, cypher, parameters)
+                        timings[name].append(((time.perf_counter() - started) * 1000, len(rows)))
+    return {name: (float(np.median([ms for ms, _ in values])), float(np.median([n for _, n in values])))
+            for name, values in timings.items()}
 
 
 def main() -> None:
@@ -136,6 +170,7 @@ def main() -> None:
         for name, settings in (("embedded", embedded), ("PostgreSQL + Bolt + qdrant-client", servers)):
             stages = _build(settings, embedder)
             rows[name] = (stages, *_latencies(settings, embedder, QUESTIONS, args.repeats, reads))
+        floor = _floor(bolt, servers.backends.neo4j.database, reads.walk_seeds, args.repeats)
         stop_arcadedb_bolt_server()
     for name, (stages, times, round_trips, _, steps) in rows.items():
         print(f"\n{name}: build {stages.pop('total'):.1f} s — " + ", ".join(f"{k} {v:.1f}" for k, v in stages.items()))
@@ -148,6 +183,9 @@ def main() -> None:
     print("\nBolt read transactions over the server's questions, by their first statement:")
     for label, values in sorted(reads.milliseconds.items(), key=lambda item: -sum(item[1])):
         print(f"  {len(values):5d} × median {np.median(values):6.1f} ms, {sum(values):8.0f} ms in all   {label}")
+    print(f"  the server's floor: a statement that reads nothing, median {floor['nothing'][0]:.1f} ms; the seeds' "
+          f"relationships of each walk ({len(reads.walk_seeds)} walks, median {floor['seeds'][1]:.0f} rows), "
+          f"listed without aggregating, median {floor['seeds'][0]:.1f} ms")
     (_, _, _, first, _), (_, _, _, second, _) = rows.values()
     print(f"\nsame top hybrid document for {sum(a == b for a, b in zip(first, second))} of {len(first)} questions")
 
