@@ -66,9 +66,9 @@ def assert_same_index(actual: dict[str, Any], expected: dict[str, Any]) -> None:
         assert actual[section] == expected[section], f"{section} differ: {_differences(actual[section], expected[section])}"
     for collection, points in expected["vectors"].items():
         got = actual["vectors"].get(collection, {})
-        # Ids only: the values hold vectors, which ``_differences`` cannot compare.
-        differing_ids = _differences(dict.fromkeys(got), dict.fromkeys(points))
-        assert got.keys() == points.keys(), f"vector collection {collection!r} ids differ: {differing_ids}"
+        # Ids only: the values hold vectors, which ``_differences`` cannot compare (worked out only on a failure).
+        assert got.keys() == points.keys(), \
+            f"vector collection {collection!r} ids differ: {_differences(dict.fromkeys(got), dict.fromkeys(points))}"
         for pid, (payload, vector) in points.items():
             assert got[pid][0] == payload, f"{collection} point {pid} payload {got[pid][0]} != {payload}"
             assert np.allclose(got[pid][1], vector, atol=VECTOR_TOLERANCE), f"{collection} point {pid}: other vector"
