@@ -15,11 +15,12 @@ that the question asks for such relationships of it is what makes an ordinary wo
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Container, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from graphrag_pipeline.lib.core.config import QUERY_SUBJECT, Ontology
+from graphrag_pipeline.lib.stores.protocols import AskedRelationships
 from graphrag_pipeline.query.linking import NameLink
 
 Direction = Literal["outgoing", "incoming"]
@@ -61,6 +62,7 @@ class IntentReader:
             for direction in ("outgoing", "incoming")
             for phrase in getattr(spec.query_phrases, direction)
         ]
+        self._keys = [(relationship_type, direction) for relationship_type, direction, _ in self._phrases]
         self._chain_references = frozenset(ontology.query_chain_references)
         self._references = sorted({*ontology.query_references, *ontology.query_chain_references}, key=len,
                                   reverse=True)
@@ -82,30 +84,55 @@ class IntentReader:
         the asked type. A chain reference ("who owns them") marks the intent ``chained``."""
         if not self._phrases or not links:
             return []
-        clauses = asking_clauses(" ".join(question.casefold().split()))
         by_phrase = {" ".join(link.phrase.casefold().split()): link for link in links}
-        names = sorted(by_phrase, key=len, reverse=True)
-        subject = _alternation([*names, *self._references])
         referents = sorted(links, key=lambda link: (-link.confidence, link.start))
         intents: dict[tuple[str, Direction], tuple[tuple[int, int], RelationIntent]] = {}
-        for (relationship_type, direction, phrase), outline in zip(self._phrases, self._outlines):
-            if (relationship_type, direction) in intents:
-                continue
+        for (relationship_type, direction), clause_number, match in self._matches(question, by_phrase, intents):
+            named = by_phrase.get(match["x"]) or self._referent(referents, relationship_type, has_relationships)
+            chained = match["x"] in self._chain_references
+            if named is not None or chained:
+                subjects = named.entity_ids if named is not None else frozenset()
+                intents[(relationship_type, direction)] = ((clause_number, match.start("x")), RelationIntent(
+                    relationship_type, direction, subjects, match.group(0), chained))
+        return [intent for _, intent in sorted(intents.values(), key=lambda item: item[0])]
+
+    def asked(self, question: str, links: Sequence[NameLink]) -> AskedRelationships | None:
+        """What ``read`` may follow for these links, whatever relationships the graph holds, so a store can read it
+        before ``read`` runs: every (type, direction) a phrase of the asking clauses matches, from every link's
+        entities, as many steps on as there are such pairs whose phrases match a chain reference (each chained
+        intent follows what the one before it reached). ``None``: the question asks for none."""
+        if not self._phrases or not links:
+            return None
+        by_phrase = {" ".join(link.phrase.casefold().split()): link for link in links}
+        steps: set[tuple[str, Direction]] = set()
+        chained: set[tuple[str, Direction]] = set()
+        for key, _, match in self._matches(question, by_phrase, frozenset()):
+            steps.add(key)
+            if match["x"] in self._chain_references:
+                chained.add(key)
+        if not steps:
+            return None
+        entity_ids = sorted({entity_id for link in links for entity_id in link.entity_ids})
+        return AskedRelationships(tuple(entity_ids), tuple(sorted(steps)), 1 + len(chained))
+
+    def _matches(
+        self, question: str, names: Collection[str], settled: Container[tuple[str, Direction]],
+    ) -> Iterator[tuple[tuple[str, Direction], int, re.Match[str]]]:
+        """Each phrase's matches in the question's asking clauses, clause by clause, as ((type, direction), clause
+        number, match), where ``{x}`` matched one of ``names`` (casefolded) or a reference; none for a pair in
+        ``settled`` (read from as it fills)."""
+        clauses = asking_clauses(" ".join(question.casefold().split()))
+        subject = _alternation([*sorted(names, key=len, reverse=True), *self._references])
+        for key, outline, (_, _, phrase) in zip(self._keys, self._outlines, self._phrases):
             for clause_number, clause in enumerate(clauses):
+                if key in settled:
+                    break
                 if outline.search(clause) is None:
                     continue
                 match = re.search(
                     r"\b" + phrase.replace(QUERY_SUBJECT, f"{self._determiner}(?P<x>{subject})") + r"\b", clause)
-                if match is None:
-                    continue
-                named = by_phrase.get(match["x"]) or self._referent(referents, relationship_type, has_relationships)
-                chained = match["x"] in self._chain_references
-                if named is not None or chained:
-                    subjects = named.entity_ids if named is not None else frozenset()
-                    intents[(relationship_type, direction)] = ((clause_number, match.start("x")), RelationIntent(
-                        relationship_type, direction, subjects, match.group(0), chained))
-                    break
-        return [intent for _, intent in sorted(intents.values(), key=lambda item: item[0])]
+                if match is not None:
+                    yield key, clause_number, match
 
     @staticmethod
     def _referent(

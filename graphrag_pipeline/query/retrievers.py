@@ -116,6 +116,21 @@ class Hidden:
         return [replace(link, entity_ids=link.entity_ids - self.elements) for link in links
                 if link.entity_ids - self.elements]
 
+    def has_relationships_among(
+        self, relationships: Mapping[str, Relationship],
+    ) -> Callable[[frozenset[str], str], bool]:
+        """``has_relationships`` over relationships already read, which hold every one of its questions' (the
+        walk's asked relationships)."""
+
+        def has(entity_ids: frozenset[str], relationship_type: str) -> bool:
+            visible = entity_ids - self.elements
+            return any(r.type == relationship_type and rid not in self.elements and r.source_id != r.target_id
+                       and ((r.source_id in visible and r.target_id not in self.elements)
+                            or (r.target_id in visible and r.source_id not in self.elements))
+                       for rid, r in relationships.items())
+
+        return has
+
     def has_relationships(self, graph: GraphStore) -> Callable[[frozenset[str], str], bool]:
         """Whether any of some entities has a visible relationship of a type: what makes a question's reference
         ("it") point at one of its links (``IntentReader.read``)."""
@@ -441,17 +456,12 @@ class GraphRetriever(VectorRetriever):
                   if eid not in hidden.elements}
         seed_similarity = self._seed_similarity(result)
         entry_entities = graph.entities_of_chunks(top_ranked(seed_similarity, ENTRY_CHUNKS_FOR_SEEDS))
-        # One store read per (subjects, type) however many phrases ask about the same link.
-        result.intents = self.index.intents.read(question, links, functools.cache(hidden.has_relationships(graph)))
         timings["link"] = elapsed_ms(started)
         result.linked = linked
 
-        if result.intents:
-            started = time.perf_counter()
-            self._follow_intents(result, hidden.elements)
-            result.relation_scores = {c: s for c, s in result.relation_scores.items() if c not in hidden.chunks}
-            timings["follow"] = elapsed_ms(started)
-        if not linked and not any(entry_entities.values()) and not result.relation_scores:
+        # A question's links are its linked entities, so one that asks for relationships always has a walk, which
+        # reads them too.
+        if not linked and not any(entry_entities.values()):
             result.fell_back_to_vector = True
             result.vector_floor = min(result.vector_scores.values(), default=0.0)
             # Hybrid still fuses similarity with keywords; graph mode, with nothing to walk, ranks by similarity.
@@ -464,9 +474,17 @@ class GraphRetriever(VectorRetriever):
         walked = walk(
             graph, seeds, max_hops=parameters.max_hops, decay=config.hop_decay, fanout=config.fanout,
             min_score=MIN_ACTIVATION, hidden=hidden.elements, chunks_up_to=MAX_CHUNKS_PER_ENTITY,
+            asked=self.index.intents.asked(question, links),
         )
-        result.reached = {**{hit.entity_id: hit for hit in walked.hits}, **result.reached}
+        result.reached = {hit.entity_id: hit for hit in walked.hits}
         timings["traverse"] = elapsed_ms(started)
+
+        started = time.perf_counter()
+        result.intents = self.index.intents.read(question, links, hidden.has_relationships_among(walked.asked))
+        if result.intents:
+            self._follow_intents(result, walked.asked, hidden.elements)
+            result.relation_scores = {c: s for c, s in result.relation_scores.items() if c not in hidden.chunks}
+        timings["follow"] = elapsed_ms(started)
 
         started = time.perf_counter()
         # What only a question link seeded is worth no more than that link's confidence (an entry chunk's entities
@@ -526,11 +544,14 @@ class GraphRetriever(VectorRetriever):
         return {c: result.vector_scores.get(c, 0.0) + ENTRY_KEYWORD_SHARE * share.get(c, 0.0)
                 for c in result.vector_scores.keys() | share.keys()}
 
-    def _follow_intents(self, result: Retrieval, hidden: frozenset[str] = frozenset()) -> None:
-        """Follow each asked-for relationship one hop from its subjects in the asked-for direction; the documents
-        about the entities reached get the relation signal, as strong as they are about them (``Aboutness``), a
-        catalog page a fifth as strong as the entity's own documents."""
-        graph, directory, aboutness = self.index.graph, self.index.directory(), self.index.aboutness()
+    def _follow_intents(
+        self, result: Retrieval, asked: Mapping[str, Relationship], hidden: frozenset[str] = frozenset(),
+    ) -> None:
+        """Follow each asked-for relationship one hop from its subjects in the asked-for direction, over the
+        relationships the walk read for them (``IntentReader.asked``); the documents about the entities reached get
+        the relation signal, as strong as they are about them (``Aboutness``), a catalog page a fifth as strong as
+        the entity's own documents."""
+        directory, aboutness = self.index.directory(), self.index.aboutness()
         reached: dict[str, tuple[str, str]] = {}  # entity -> (subject it was reached from, relationship id)
         reached_step: dict[str, int] = {}
         step, previous = 0, frozenset()  # the step of the intent before, and what it reached
@@ -539,9 +560,9 @@ class GraphRetriever(VectorRetriever):
             chain = intent.chained and bool(previous)
             subjects = previous if chain else intent.subjects
             step = step + 1 if chain else 1
-            relationships = graph.relationships_of(subjects, [intent.relationship_type])
             this_step: set[str] = set()
-            for relationship in sorted((r for rid, r in relationships.items() if rid not in hidden),
+            for relationship in sorted((r for rid, r in asked.items()
+                                        if r.type == intent.relationship_type and rid not in hidden),
                                        key=lambda r: r.relationship_id):
                 ends = (relationship.source_id, relationship.target_id)
                 subject, other = ends if intent.direction == "outgoing" else ends[::-1]

@@ -14,7 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from graphrag_pipeline.lib.stores.protocols import GraphStore, Neighbourhood, TraversalHit, WalkPlan
+from graphrag_pipeline.lib.core.models import Relationship
+from graphrag_pipeline.lib.stores.protocols import (
+    AskedRelationships, GraphStore, Neighbourhood, TraversalHit, WalkPlan,
+)
 
 # entity id -> (score, hops, path of entity ids, relationship ids along the path)
 _Reach = tuple[float, int, tuple[str, ...], tuple[str, ...]]
@@ -54,6 +57,7 @@ class Walk:
     hits: list[TraversalHit]  # as ``spread_activation`` returns them
     # The chunks of entities the walk may reach, as far as the store read them ahead (``ReadAhead.chunks_of``).
     chunks_read: dict[str, list[str]]
+    asked: dict[str, Relationship]  # ``ReadAhead.asked``: the relationships of ``walk``'s ``asked``
 
 
 def spread_activation(graph: GraphStore, seeds: dict[str, float], max_hops: int, **options: Any) -> list[TraversalHit]:
@@ -71,6 +75,7 @@ def walk(
     min_score: float = 0.0,
     hidden: frozenset[str] = frozenset(),
     chunks_up_to: int = 0,
+    asked: AskedRelationships | None = None,
 ) -> Walk:
     """Spread activation from ``seeds`` over relationships (in both directions) for at most ``max_hops`` hops.
 
@@ -107,6 +112,9 @@ def walk(
 
     ``chunks_up_to``: the caller scores next the chunks of the entities reached that at most this many chunks
     mention; the store may read those ahead with the neighbourhoods (``WalkPlan.chunks_up_to``).
+
+    ``asked``: relationships the caller follows next (a question's asked relationships), which the store reads with
+    the walk's first read (``Walk.asked``).
     """
     _check_arguments(seeds, max_hops, decay, fanout, min_score)
     types = None if relationship_types is None else sorted(set(relationship_types))
@@ -115,7 +123,7 @@ def walk(
     # The seeds' neighbourhoods tell which seeds exist and are the first hop's expansions (with no hop to take,
     # existence is all that is needed).
     plan = WalkPlan(None if types is None else tuple(types), max_hops, decay, min_score, limit if max_hops else 0,
-                    chunks_up_to)
+                    chunks_up_to, asked)
     read_ahead = graph.neighbourhoods_ahead(seeds, plan)
     neighbourhoods = read_ahead.neighbourhoods
     best: dict[str, _Reach] = {
@@ -150,7 +158,7 @@ def walk(
 
     ranked = sorted(best.items(), key=lambda item: (-item[1][0], item[1][1], item[0]))
     return Walk([TraversalHit(entity_id, hops, score, path, via) for entity_id, (score, hops, path, via) in ranked],
-                read_ahead.chunks_of)
+                read_ahead.chunks_of, read_ahead.asked)
 
 
 def _expand(

@@ -23,12 +23,14 @@ from graphrag_pipeline.lib.core.ids import short_id
 from graphrag_pipeline.lib.core.models import Entity, EntityNames, Relationship
 from graphrag_pipeline.lib.stores.embedded_graph import SCHEMA_VERSION, EmbeddedGraphStore
 from graphrag_pipeline.lib.stores.protocols import (
+    AskedRelationships,
     GraphStore,
     Neighbourhood,
     ReadAhead,
     Subgraph,
     TraversalHit,
     WalkPlan,
+    read_asked_relationships,
 )
 from graphrag_pipeline.query.traversal import spread_activation, walk
 from graphrag_pipeline_tests.contract import bolt_server
@@ -391,6 +393,35 @@ def test_the_chunks_a_walk_reads_ahead_are_those_of_entities_few_chunks_mention_
     listed = graph_store.chunks_of_entities(list(walked.chunks_read))
     assert walked.chunks_read == {entity_id: listed.get(entity_id, []) for entity_id in walked.chunks_read}
     assert walk(graph_store, {"a": 1.0}, max_hops=2).chunks_read == {}  # not asked for
+
+
+def test_a_walk_reads_the_asked_relationships_along_the_asked_steps_and_no_further(graph_store: GraphStore) -> None:
+    # Who depends on payment, and who owns them: payment's dependents and owner are one step away along the asked
+    # (type, direction) pairs; what it depends on (db) is no step, nor is RELATED_TO, nor an owner's owner at depth 2.
+    build(graph_store, [
+        rel("checkout", "payment", type_="DEPENDS_ON"), rel("frontend", "checkout", type_="DEPENDS_ON"),
+        rel("checkout", "team-a", type_="OWNED_BY"), rel("payment", "team-p", type_="OWNED_BY"),
+        rel("payment", "db", type_="DEPENDS_ON"), rel("db", "team-d", type_="OWNED_BY"),
+        rel("team-a", "org", type_="OWNED_BY"), rel("checkout", "cart", 2.0), rel("payment", "payment", 9.0, "OWNED_BY"),
+    ])
+    steps = (("DEPENDS_ON", "incoming"), ("OWNED_BY", "outgoing"))
+    first = {"checkout-DEPENDS_ON-payment", "payment-OWNED_BY-team-p", "payment-DEPENDS_ON-db"}
+    second = first | {"frontend-DEPENDS_ON-checkout", "checkout-OWNED_BY-team-a"}
+    expected = {1: first, 2: second, 3: second | {"team-a-OWNED_BY-org"}}
+    plain = walk(graph_store, {"payment": 1.0}, max_hops=2, chunks_up_to=5)
+
+    for depth, relationship_ids in expected.items():
+        asked = AskedRelationships(("ghost", "payment"), steps, depth)
+        assert read_asked_relationships(graph_store, asked) == graph_store.get_relationships(relationship_ids)
+        for max_hops, chunks_up_to in ((2, 5), (2, 0), (0, 0)):
+            walked = walk(graph_store, {"payment": 1.0}, max_hops=max_hops, chunks_up_to=chunks_up_to, asked=asked)
+            assert walked.asked == graph_store.get_relationships(relationship_ids)
+        assert walk(graph_store, {"payment": 1.0}, max_hops=2, chunks_up_to=5, asked=asked) == dataclasses.replace(
+            plain, asked=walked.asked)  # asking changes nothing else the walk reads
+    assert walk(graph_store, {"payment": 1.0}, max_hops=2).asked == {}
+    assert walk(graph_store, {"payment": 1.0}, max_hops=2, asked=AskedRelationships(("ghost",), steps, 2)).asked == {}
+    only_owners = AskedRelationships(("payment",), (("OWNED_BY", "outgoing"),), 2)
+    assert set(walk(graph_store, {"payment": 1.0}, max_hops=1, asked=only_owners).asked) == {"payment-OWNED_BY-team-p"}
 
 
 def test_traversal_refetches_a_neighbourhood_whose_list_ran_out(graph_store: GraphStore) -> None:

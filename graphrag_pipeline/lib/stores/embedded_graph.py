@@ -27,7 +27,9 @@ import orjson
 
 from graphrag_pipeline.lib.core.ids import hashed_id_bytes
 from graphrag_pipeline.lib.core.models import ChunkText, Entity, EntityNames, Relationship
-from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, ReadAhead, Subgraph, WalkPlan, check_page
+from graphrag_pipeline.lib.stores.protocols import (
+    GraphStats, Neighbourhood, ReadAhead, Subgraph, WalkPlan, check_page, read_asked_relationships,
+)
 from graphrag_pipeline.lib.stores.sqlite_files import naming_damage
 
 # 2: relationship descriptions stored once; 3: entity titles; 4: compact ids and entity keys; 5: chunk-id lists as bytes
@@ -834,8 +836,9 @@ class EmbeddedGraphStore:
 
     def neighbourhoods_ahead(self, seeds: Mapping[str, float], plan: WalkPlan) -> ReadAhead:
         """The seeds' neighbourhoods only: a hop read from memory costs no round trip, and reading ahead would read
-        the neighbourhoods, and the chunks, of entities the walk then leaves behind."""
-        return ReadAhead(self.neighbourhoods(seeds, plan.relationship_types, plan.limit))
+        the neighbourhoods, and the chunks, of entities the walk then leaves behind; and the asked relationships."""
+        asked = {} if plan.asked is None else read_asked_relationships(self, plan.asked)
+        return ReadAhead(self.neighbourhoods(seeds, plan.relationship_types, plan.limit), asked=asked)
 
     def close(self) -> None:
         with self._lock:

@@ -36,7 +36,9 @@ from neo4j.exceptions import ServiceUnavailable, SessionExpired
 
 from graphrag_pipeline.lib.core.config import IDENTIFIER, Ontology, default_config_data
 from graphrag_pipeline.lib.core.models import ChunkText, Entity, EntityNames, Relationship
-from graphrag_pipeline.lib.stores.protocols import GraphStats, Neighbourhood, ReadAhead, Subgraph, WalkPlan, check_page
+from graphrag_pipeline.lib.stores.protocols import (
+    AskedRelationships, GraphStats, Neighbourhood, ReadAhead, Subgraph, WalkPlan, check_page,
+)
 
 T = TypeVar("T")
 
@@ -215,15 +217,37 @@ RETURN e.entity_id AS entity_id, NULL AS degree, NULL AS heaviest, 0 AS total, [
 """
 
 
-def _neighbourhoods_ahead_query(max_hops: int, with_chunks: bool) -> str:
+# The question's asked relationships (``AskedRelationships``): from ``$asked_ids``, each step goes along a relationship
+# of an asked type in an asked direction; the last reads every relationship of the asked types of the entities
+# reached. Their rows have a null ``entity_id`` and the relationship's fields, in the order of
+# ``_RELATIONSHIP_COLUMNS``, as ``edges``.
+_ASKED_FROM = f"UNWIND $asked_ids AS id MATCH (e:{ENTITY_LABEL} {{entity_id: id}})"
+_ASKED_STEP = f"""
+MATCH (e)-[r]-(n:{ENTITY_LABEL})
+WHERE n <> e AND ((startNode(r) = e AND r.type IN $asked_outgoing) OR (endNode(r) = e AND r.type IN $asked_incoming))
+WITH DISTINCT n AS e
+"""
+_ASKED_RELATIONSHIPS_OF_E = f"""
+MATCH (e)-[r]-(n:{ENTITY_LABEL}) WHERE n <> e AND r.type IN $asked_types
+WITH DISTINCT r
+WITH r, startNode(r) AS s, endNode(r) AS t
+RETURN NULL AS entity_id, NULL AS degree, NULL AS heaviest, 0 AS total,
+       [{", ".join(_RELATIONSHIP_COLUMNS.values())}] AS edges
+"""
+
+
+def _neighbourhoods_ahead_query(max_hops: int, with_chunks: bool, asked_depth: int = 0) -> str:
     """The neighbourhoods of the seeds and of what ``max_hops - 1`` hops reach, in one statement: branch k of the
     UNION takes k hops before reading (the server repeats the seeds' hops per branch: cheaper than a round trip each).
     ``with_chunks``: each row also lists its entity's ``chunk_ids`` (see ``_CHUNK_IDS``), and one more branch lists
-    the chunks of what the walk's last hop may reach (``_RETURN_CHUNKS``)."""
+    the chunks of what the walk's last hop may reach (``_RETURN_CHUNKS``). ``asked_depth``: branch k of as many more
+    takes k - 1 asked steps before reading the asked relationships (``_ASKED_STEP``)."""
     ending = _NEIGHBOURHOOD_OF_E + (_RETURN_NEIGHBOURHOOD_AND_CHUNKS if with_chunks else _RETURN_NEIGHBOURHOOD)
     branches = [_SEEDS + _HOP_FROM_E * hops + ending for hops in range(max(max_hops - 1, 0) + 1)]
     if with_chunks and max_hops > 0:
         branches.append(_SEEDS + _HOP_FROM_E * max_hops + _RETURN_CHUNKS)
+    asked_ending = _ASKED_RELATIONSHIPS_OF_E.rstrip() + (", NULL AS chunk_ids\n" if with_chunks else "\n")
+    branches += [_ASKED_FROM + _ASKED_STEP * steps + asked_ending for steps in range(asked_depth)]
     return "\nUNION ALL\n".join(branches)
 
 
@@ -884,15 +908,22 @@ class Neo4jGraphStore:
         may reach (see ``GraphStore``), in one statement."""
         if plan.limit < 0:
             raise ValueError(f"limit must be >= 0, got {plan.limit}")
+        asked = plan.asked or AskedRelationships((), (), 0)
         records = self._query(
-            _neighbourhoods_ahead_query(plan.max_hops, plan.chunks_up_to > 0),
+            _neighbourhoods_ahead_query(plan.max_hops, plan.chunks_up_to > 0, asked.depth),
             seeds=[[seed, float(activation)] for seed, activation in seeds.items()],
             types=None if plan.relationship_types is None else list(plan.relationship_types),
             limit=plan.limit, decay=float(plan.decay), floor=plan.min_score * (1 - _FLOOR_SLACK),
-            chunks_up_to=plan.chunks_up_to,
+            chunks_up_to=plan.chunks_up_to, asked_ids=list(asked.entity_ids), asked_types=list(asked.types),
+            asked_outgoing=[rtype for rtype, direction in asked.steps if direction == "outgoing"],
+            asked_incoming=[rtype for rtype, direction in asked.steps if direction == "incoming"],
         )
         read = ReadAhead({})
         for record in records:
+            if record["entity_id"] is None:  # an asked relationship
+                relationship = _relationship_from_record(dict(zip(_RELATIONSHIP_COLUMNS, record["edges"])))
+                read.asked[relationship.relationship_id] = relationship
+                continue
             if record.get("chunk_ids") is not None:
                 read.chunks_of[record["entity_id"]] = sorted(set(record["chunk_ids"]))
             if record["degree"] is not None:  # null: a row of the last hop's chunks

@@ -101,6 +101,51 @@ class Neighbourhood:
 
 
 @dataclass(frozen=True)
+class AskedRelationships:
+    """The relationships a question asks for (``query.intent.IntentReader.asked``), which a store reads with the
+    question's walk (``WalkPlan.asked``) rather than in round trips of their own: every relationship of ``types``
+    between another entity and one of ``entity_ids``, or one of the entities ``depth - 1`` or fewer ``steps`` reach
+    from them. A step goes from an entity along a relationship of a (type, direction) pair in ``steps``: to its
+    target when the entity is its source and the direction "outgoing", to its source when it is its target and the
+    direction "incoming". A question's chain ("which services depend on X, and who owns them") follows the
+    relationships the step before it reached, which lie within that many steps."""
+
+    entity_ids: tuple[str, ...]  # sorted
+    steps: tuple[tuple[str, str], ...]  # (relationship type, "outgoing" | "incoming"), sorted
+    depth: int  # >= 1
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        return tuple(sorted({relationship_type for relationship_type, _ in self.steps}))
+
+    def reached(self, relationships: Iterable[Relationship], entity_ids: set[str]) -> set[str]:
+        """The entities one step along ``relationships`` reaches from ``entity_ids``."""
+        reached: set[str] = set()
+        for relationship in relationships:
+            if (relationship.type, "outgoing") in self.steps and relationship.source_id in entity_ids:
+                reached.add(relationship.target_id)
+            if (relationship.type, "incoming") in self.steps and relationship.target_id in entity_ids:
+                reached.add(relationship.source_id)
+        return reached
+
+
+def read_asked_relationships(graph: GraphStore, asked: AskedRelationships) -> dict[str, Relationship]:
+    """``AskedRelationships`` read with ``relationships_of``, a round trip per step: for a store whose reads cost
+    none, and as the reference a store's own single read is tested against."""
+    found: dict[str, Relationship] = {}
+    read: set[str] = set()
+    frontier = set(asked.entity_ids)
+    for _ in range(asked.depth):
+        if not frontier:
+            break
+        relationships = graph.relationships_of(sorted(frontier), asked.types)
+        found.update(relationships)
+        read |= frontier
+        frontier = asked.reached(relationships.values(), frontier) - read
+    return found
+
+
+@dataclass(frozen=True)
 class WalkPlan:
     """What a walk will do, told to the store before it starts (``GraphStore.neighbourhoods_ahead``) so a server can
     read, in one round trip, the neighbourhoods it is going to expand."""
@@ -113,6 +158,7 @@ class WalkPlan:
     # Scoring asks next for the chunks of the entities the walk reached that at most this many chunks mention
     # (``Entity.mention_count``); a store may read them ahead for the entities it reads ahead. 0: it is not asked.
     chunks_up_to: int = 0
+    asked: AskedRelationships | None = None  # read with the walk when given (``ReadAhead.asked``)
 
 
 @dataclass(frozen=True)
@@ -123,6 +169,8 @@ class ReadAhead:
     # Entity id -> the chunks mentioning it as ``chunks_of_entities`` lists them ([] for none), for the entities whose
     # chunks the store read ahead (``WalkPlan.chunks_up_to``): an entity absent was not read.
     chunks_of: dict[str, list[str]] = field(default_factory=dict)
+    # Relationship id -> relationship, with provenance, for ``WalkPlan.asked`` (empty when none was given).
+    asked: dict[str, Relationship] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -215,7 +263,8 @@ class GraphStore(Protocol):
         chunks of those of them, and of the entities one more such step reaches, that at most that many chunks
         mention. Traversal reads whatever else it expands hop by hop with ``neighbourhoods``, and scoring the chunks
         it did not get, so a walk is the same over a store that returns only the seeds' (an in-process one, for
-        which a read costs no round trip) and over one that reads ahead."""
+        which a read costs no round trip) and over one that reads ahead. With ``plan.asked``, also those
+        relationships (``ReadAhead.asked``), as ``read_asked_relationships`` gives them."""
         ...
 
     def relationships_of(

@@ -171,6 +171,27 @@ def test_a_chain_reference_asks_from_what_the_step_before_reached_in_the_order_a
     assert [(i.relationship_type, i.chained, i.subjects) for i in plain][-1] == ("OWNED_BY", False, {"ent-payment"})
 
 
+@pytest.mark.parametrize("question", [
+    "Alert on payment: which services depend on it, and who owns them?",
+    "Which services depend on payment, and who owns it?",
+    "Checkout is slow: which of its dependencies should we check? Who owns payment?",
+    "payment is degraded. Who owns the services that depend on it?",
+])
+def test_what_a_question_may_ask_holds_whatever_its_intents_follow(intents, question):
+    links = [link("payment", question.index("payment"), "ent-payment"),
+             link("Checkout", 0, "ent-checkout", confidence=GENERIC_NAME_CONFIDENCE)]
+    asked = intents.asked(question, links)
+    assert asked is not None and asked.entity_ids == ("ent-checkout", "ent-payment")
+    for has_relationships in (None, lambda ids, relationship_type: True, lambda ids, relationship_type: False,
+                              lambda ids, relationship_type: "ent-checkout" in ids):
+        found = intents.read(question, links, has_relationships)
+        assert {(i.relationship_type, i.direction) for i in found} <= set(asked.steps)
+        assert all(i.subjects <= set(asked.entity_ids) for i in found)
+        assert asked.depth >= 1 + sum(i.chained for i in found)
+    assert intents.asked("payment records coin transfers.", links) is None
+    assert intents.asked(question, []) is None
+
+
 def test_phrases_come_from_the_ontology_not_the_engine():
     ontology = Ontology(
         entity_types=({"name": "Thing"},), default_entity_type="Thing",
