@@ -192,29 +192,55 @@ _NEIGHBOURHOODS = (
     + _NEIGHBOURHOOD_OF_E + _RETURN_NEIGHBOURHOOD
 )
 
-# One hop of spreading activation (``query.traversal``'s scoring) from each row's entity ``e``: the entities it reaches
-# with at least ``$floor``, each with its best activation, become the rows of the next step. It goes over every
-# relationship of an allowed type, where the walk takes only the heaviest listed ones, so it reaches a superset of
-# what the walk does; but neither sorting nor listing a neighbourhood, it costs ArcadeDB less than reading them did
-# (the sample's walk statement 30 against 35 ms, 7 against 16 for the two hops whose chunks are read).
-_HOP_FROM_E = f"""
-OPTIONAL MATCH (e)-[r]-(n:{ENTITY_LABEL}) WHERE n <> e
-WITH e, activation, count(r) AS degree, max(r.weight) AS heaviest
-MATCH (e)-[r]-(n:{ENTITY_LABEL}) WHERE n <> e AND ($types IS NULL OR r.type IN $types)
-WITH n, activation * $decay * (r.weight / heaviest) / (1.0 + log10(degree)) AS reach WHERE reach >= $floor
-WITH n AS e, max(reach) AS activation
-"""
 _SEEDS = f"UNWIND $seeds AS seed MATCH (e:{ENTITY_LABEL} {{entity_id: seed[0]}}) WITH e, seed[1] AS activation"
 # The chunks mentioning ``e`` when at most ``$chunks_up_to`` do (null: not read); the condition comes first, so a hub's
 # thousands of mentions are never listed.
 _CHUNK_IDS = (f"CASE WHEN e.mention_count <= $chunks_up_to THEN [(e)<-[:{MENTIONS}]-(c:{CHUNK_LABEL}) | c.chunk_id] "
-              "ELSE NULL END AS chunk_ids")
-_RETURN_NEIGHBOURHOOD_AND_CHUNKS = _RETURN_NEIGHBOURHOOD.rstrip() + f", {_CHUNK_IDS}\n"
-# What the walk's last hop may reach, which it does not expand: its chunks only, on rows whose ``degree`` is null.
-_RETURN_CHUNKS = f"""
-WITH e WHERE e.mention_count <= $chunks_up_to
-RETURN e.entity_id AS entity_id, NULL AS degree, NULL AS heaviest, 0 AS total, [] AS edges, {_CHUNK_IDS}
-"""
+              "ELSE NULL END")
+# What one hop of spreading activation (``query.traversal``'s scoring) from ``e`` reaches: [entity id, activation] per
+# relationship of an allowed type. The walk takes only the heaviest listed ones, so this is a superset of what it
+# reaches, and costs no read: the neighbourhood just read lists them all.
+_REACH = "[x IN allowed | [x[0], activation * $decay * (x[3] / heaviest) / (1.0 + log10(degree))]]"
+
+
+def _hop(level: int, reach: int) -> str:
+    """The entities that a hop from the rows of ``level{level}`` reaches with at least ``$floor``, each as ``e`` with
+    its best ``activation``; ``reach`` is the index of a row's ``_REACH``."""
+    return f"""
+  WITH level{level}
+  UNWIND level{level} AS row UNWIND row[{reach}] AS x
+  WITH x WHERE x[1] >= $floor
+  WITH x[0] AS id, max(x[1]) AS activation
+  MATCH (e:{ENTITY_LABEL} {{entity_id: id}})
+  WITH e, activation"""
+
+
+def _neighbourhoods_ahead_query(max_hops: int, with_chunks: bool, asked_depth: int = 0) -> str:
+    """The neighbourhoods of the seeds and of what ``max_hops - 1`` hops reach, in one statement that reads each
+    entity's relationships once: level 0 lists the seeds' neighbourhoods, and each further level (a subquery) those
+    of what a hop from the level before reaches, scored from the relationships that level listed. A row of a level is
+    a list: the neighbourhood's columns, with ``with_chunks`` its entity's ``chunk_ids`` (see ``_CHUNK_IDS``), then its
+    ``_REACH``; with ``with_chunks``, a last level lists only the chunks of what the walk's last hop may reach.
+    ``asked_depth``: as many ``UNION ALL`` branches more, branch k taking k - 1 asked steps before reading the asked
+    relationships (``_ASKED_STEP``)."""
+    chunk_ids = f", {_CHUNK_IDS}" if with_chunks else ""
+    reach = 6 if with_chunks else 5
+    row = f"[e.entity_id, degree, heaviest, size(allowed), allowed[0..$limit]{chunk_ids}, {_REACH}]"
+    levels = [f"{_SEEDS}{_NEIGHBOURHOOD_OF_E}WITH collect({row}) AS level0"]
+    for level in range(1, max_hops):
+        levels.append(f"CALL {{{_hop(level - 1, reach)}{_NEIGHBOURHOOD_OF_E}"
+                      f"  RETURN collect({row}) AS level{level}\n}}")
+    listed = max(max_hops, 1)
+    if with_chunks and max_hops > 0:
+        levels.append(f"CALL {{{_hop(max_hops - 1, reach)} WHERE e.mention_count <= $chunks_up_to\n"
+                      f"  RETURN collect([e.entity_id, NULL, NULL, 0, []{chunk_ids}, []]) AS level{max_hops}\n}}")
+        listed += 1
+    columns = ["entity_id", "degree", "heaviest", "total", "edges", *(["chunk_ids"] if with_chunks else [])]
+    levels.append(f"UNWIND {' + '.join(f'level{level}' for level in range(listed))} AS row\n"
+                  f"RETURN {', '.join(f'row[{index}] AS {column}' for index, column in enumerate(columns))}")
+    asked_ending = _ASKED_RELATIONSHIPS_OF_E.rstrip() + (", NULL AS chunk_ids\n" if with_chunks else "\n")
+    return "\nUNION ALL\n".join(["\n".join(levels),
+                                  *(_ASKED_FROM + _ASKED_STEP * steps + asked_ending for steps in range(asked_depth))])
 
 
 # The question's asked relationships (``AskedRelationships``): from ``$asked_ids``, each step goes along a relationship
@@ -234,21 +260,6 @@ WITH r, startNode(r) AS s, endNode(r) AS t
 RETURN NULL AS entity_id, NULL AS degree, NULL AS heaviest, 0 AS total,
        [{", ".join(_RELATIONSHIP_COLUMNS.values())}] AS edges
 """
-
-
-def _neighbourhoods_ahead_query(max_hops: int, with_chunks: bool, asked_depth: int = 0) -> str:
-    """The neighbourhoods of the seeds and of what ``max_hops - 1`` hops reach, in one statement: branch k of the
-    UNION takes k hops before reading (the server repeats the seeds' hops per branch: cheaper than a round trip each).
-    ``with_chunks``: each row also lists its entity's ``chunk_ids`` (see ``_CHUNK_IDS``), and one more branch lists
-    the chunks of what the walk's last hop may reach (``_RETURN_CHUNKS``). ``asked_depth``: branch k of as many more
-    takes k - 1 asked steps before reading the asked relationships (``_ASKED_STEP``)."""
-    ending = _NEIGHBOURHOOD_OF_E + (_RETURN_NEIGHBOURHOOD_AND_CHUNKS if with_chunks else _RETURN_NEIGHBOURHOOD)
-    branches = [_SEEDS + _HOP_FROM_E * hops + ending for hops in range(max(max_hops - 1, 0) + 1)]
-    if with_chunks and max_hops > 0:
-        branches.append(_SEEDS + _HOP_FROM_E * max_hops + _RETURN_CHUNKS)
-    asked_ending = _ASKED_RELATIONSHIPS_OF_E.rstrip() + (", NULL AS chunk_ids\n" if with_chunks else "\n")
-    branches += [_ASKED_FROM + _ASKED_STEP * steps + asked_ending for steps in range(asked_depth)]
-    return "\nUNION ALL\n".join(branches)
 
 
 # Floating-point order differs between the server and Python: a reach this close under the bound is read too (a
