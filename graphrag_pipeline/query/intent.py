@@ -14,8 +14,9 @@ that the question asks for such relationships of it is what makes an ordinary wo
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Callable, Collection, Container, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -87,7 +88,9 @@ class IntentReader:
         by_phrase = {" ".join(link.phrase.casefold().split()): link for link in links}
         referents = sorted(links, key=lambda link: (-link.confidence, link.start))
         intents: dict[tuple[str, Direction], tuple[tuple[int, int], RelationIntent]] = {}
-        for (relationship_type, direction), clause_number, match in self._matches(question, by_phrase, intents):
+        for (relationship_type, direction), clause_number, match in self._matches(question, tuple(by_phrase)):
+            if (relationship_type, direction) in intents:
+                continue
             named = by_phrase.get(match["x"]) or self._referent(referents, relationship_type, has_relationships)
             chained = match["x"] in self._chain_references
             if named is not None or chained:
@@ -106,7 +109,7 @@ class IntentReader:
         by_phrase = {" ".join(link.phrase.casefold().split()): link for link in links}
         steps: set[tuple[str, Direction]] = set()
         chained: set[tuple[str, Direction]] = set()
-        for key, _, match in self._matches(question, by_phrase, frozenset()):
+        for key, _, match in self._matches(question, tuple(by_phrase)):
             steps.add(key)
             if match["x"] in self._chain_references:
                 chained.add(key)
@@ -115,24 +118,24 @@ class IntentReader:
         entity_ids = sorted({entity_id for link in links for entity_id in link.entity_ids})
         return AskedRelationships(tuple(entity_ids), tuple(sorted(steps)), 1 + len(chained))
 
+    @functools.lru_cache(maxsize=16)  # noqa: B019 (one reader per open index: ``asked``, then ``read``, per question)
     def _matches(
-        self, question: str, names: Collection[str], settled: Container[tuple[str, Direction]],
-    ) -> Iterator[tuple[tuple[str, Direction], int, re.Match[str]]]:
+        self, question: str, names: tuple[str, ...],
+    ) -> tuple[tuple[tuple[str, Direction], int, re.Match[str]], ...]:
         """Each phrase's matches in the question's asking clauses, clause by clause, as ((type, direction), clause
-        number, match), where ``{x}`` matched one of ``names`` (casefolded) or a reference; none for a pair in
-        ``settled`` (read from as it fills)."""
+        number, match), where ``{x}`` matched one of ``names`` (casefolded) or a reference."""
         clauses = asking_clauses(" ".join(question.casefold().split()))
         subject = _alternation([*sorted(names, key=len, reverse=True), *self._references])
+        found = []
         for key, outline, (_, _, phrase) in zip(self._keys, self._outlines, self._phrases):
             for clause_number, clause in enumerate(clauses):
-                if key in settled:
-                    break
                 if outline.search(clause) is None:
                     continue
                 match = re.search(
                     r"\b" + phrase.replace(QUERY_SUBJECT, f"{self._determiner}(?P<x>{subject})") + r"\b", clause)
                 if match is not None:
-                    yield key, clause_number, match
+                    found.append((key, clause_number, match))
+        return tuple(found)
 
     @staticmethod
     def _referent(
