@@ -119,8 +119,8 @@ class Hidden:
     def has_relationships_among(
         self, relationships: Mapping[str, Relationship],
     ) -> Callable[[frozenset[str], str], bool]:
-        """``has_relationships`` over relationships already read, which hold every one of its questions' (the
-        walk's asked relationships)."""
+        """``has_relationships`` answered from relationships already read: the walk's asked relationships, which
+        hold those of every entity ``IntentReader.read`` may ask about."""
 
         def has(entity_ids: frozenset[str], relationship_type: str) -> bool:
             visible = entity_ids - self.elements
