@@ -17,7 +17,7 @@ import pytest
 from graphrag_pipeline.lib.core.config import Ontology
 from graphrag_pipeline.lib.core.models import Entity, Relationship
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
-from graphrag_pipeline.lib.stores.neo4j_graph import Neo4jGraphStore, checked_identifier
+from graphrag_pipeline.lib.stores.neo4j_graph import Neo4jGraphStore, checked_identifier, scoped_subqueries
 from graphrag_pipeline.lib.stores.protocols import Subgraph
 from graphrag_pipeline.query.traversal import spread_activation, walk
 from graphrag_pipeline_tests.contract import bolt_server
@@ -237,13 +237,15 @@ def random_graph(seed: int) -> tuple[list[Entity], list[Relationship]]:
 CHUNKS_UP_TO = 3
 
 
-def test_traversal_equals_the_embedded_store(open_store, tmp_path: Path) -> None:
+@pytest.mark.parametrize("scoped", [True, False], ids=["call-scope-clause", "importing-with"])
+def test_traversal_equals_the_embedded_store(open_store, tmp_path: Path, scoped: bool) -> None:
     entities, relationships = random_graph(11)
     # Chunk j mentions two entities: from none to a dozen chunks an entity, so some are read ahead and some not.
     mentions = {f"k{j:03d}": [entities[j % 60].entity_id, entities[(j * 7) % 53].entity_id] for j in range(100)}
     chunk_counts = {e.entity_id: sum(e.entity_id in ids for ids in mentions.values()) for e in entities}
     entities = [dataclasses.replace(e, mention_count=chunk_counts[e.entity_id]) for e in entities]
     store = open_store(batch_size=50)
+    store.scoped_subqueries = scoped  # both forms of the walk statement's subqueries, whichever the server reports
     embedded = EmbeddedGraphStore(tmp_path / "graph.sqlite")
     try:
         for target in (store, embedded):
@@ -295,6 +297,14 @@ def test_traversal_equals_the_embedded_store(open_store, tmp_path: Path) -> None
         assert store.list_relationships(offset=5, limit=40) == embedded.list_relationships(offset=5, limit=40)
     finally:
         embedded.close()
+
+
+@pytest.mark.parametrize(("agent", "scoped"), [
+    ("Neo4j/5.22.0", False), ("Neo4j/5.23.0", True), ("Neo4j/5.26.12", True), ("Neo4j/2025.10.1", True),
+    ("Neo4j/4.4.40", False), ("Neo4j/5.26.0 compatible (ArcadeDB 26.10.2)", True), ("SomeBoltServer/1.0", True),
+])
+def test_the_walk_statement_imports_into_subqueries_as_the_server_takes_it(agent: str, scoped: bool) -> None:
+    assert scoped_subqueries(agent) is scoped
 
 
 def test_an_answer_that_names_no_entity_reads_nothing(open_store) -> None:

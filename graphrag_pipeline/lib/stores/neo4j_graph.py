@@ -27,6 +27,7 @@ for the whole frontier that lists only the heaviest relationships each entity ne
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -203,11 +204,23 @@ _CHUNK_IDS = (f"CASE WHEN e.mention_count <= $chunks_up_to THEN [(e)<-[:{MENTION
 _REACH = "[x IN allowed | [x[0], activation * $decay * (x[3] / heaviest) / (1.0 + log10(degree))]]"
 
 
+def scoped_subqueries(agent: str) -> bool:
+    """Whether the Bolt server that calls itself ``agent`` takes a subquery's imports as ``CALL (x) { … }``: Neo4j
+    since 5.23 (the importing ``WITH x`` of earlier versions is deprecated there, and gone from Cypher 25), and the
+    servers that report no Neo4j version or a later one (ArcadeDB reports "Neo4j/5.26.0 compatible")."""
+    version = re.match(r"Neo4j/(\d+)\.(\d+)", agent)
+    return version is None or (int(version[1]), int(version[2])) >= (5, 23)
+
+
+def _subquery(imported: str, body: str, scoped: bool) -> str:
+    """``body`` as a ``CALL`` subquery that imports the variable ``imported`` (see ``scoped_subqueries``)."""
+    return f"CALL ({imported}) {{{body}\n}}" if scoped else f"CALL {{\n  WITH {imported}{body}\n}}"
+
+
 def _hop(level: int, reach: int) -> str:
     """The entities that a hop from the rows of ``level{level}`` reaches with at least ``$floor``, each as ``e`` with
     its best ``activation``; ``reach`` is the index of a row's ``_REACH``."""
     return f"""
-  WITH level{level}
   UNWIND level{level} AS row UNWIND row[{reach}] AS x
   WITH x WHERE x[1] >= $floor
   WITH x[0] AS id, max(x[1]) AS activation
@@ -215,25 +228,26 @@ def _hop(level: int, reach: int) -> str:
   WITH e, activation"""
 
 
-def _neighbourhoods_ahead_query(max_hops: int, with_chunks: bool, asked_depth: int = 0) -> str:
+def _neighbourhoods_ahead_query(max_hops: int, with_chunks: bool, asked_depth: int = 0, scoped: bool = True) -> str:
     """The neighbourhoods of the seeds and of what ``max_hops - 1`` hops reach, in one statement that reads each
     entity's relationships once: level 0 lists the seeds' neighbourhoods, and each further level (a subquery) those
     of what a hop from the level before reaches, scored from the relationships that level listed. A row of a level is
     a list: the neighbourhood's columns, with ``with_chunks`` its entity's ``chunk_ids`` (see ``_CHUNK_IDS``), then its
     ``_REACH``; with ``with_chunks``, a last level lists only the chunks of what the walk's last hop may reach.
     ``asked_depth``: as many ``UNION ALL`` branches more, branch k taking k - 1 asked steps before reading the asked
-    relationships (``_ASKED_STEP``)."""
+    relationships (``_ASKED_STEP``). ``scoped``: the subqueries' form (``scoped_subqueries``)."""
     chunk_ids = f", {_CHUNK_IDS}" if with_chunks else ""
     reach = 6 if with_chunks else 5
     row = f"[e.entity_id, degree, heaviest, size(allowed), allowed[0..$limit]{chunk_ids}, {_REACH}]"
     levels = [f"{_SEEDS}{_NEIGHBOURHOOD_OF_E}WITH collect({row}) AS level0"]
     for level in range(1, max_hops):
-        levels.append(f"CALL {{{_hop(level - 1, reach)}{_NEIGHBOURHOOD_OF_E}"
-                      f"  RETURN collect({row}) AS level{level}\n}}")
+        levels.append(_subquery(f"level{level - 1}", f"{_hop(level - 1, reach)}{_NEIGHBOURHOOD_OF_E}"
+                                f"  RETURN collect({row}) AS level{level}", scoped))
     listed = max(max_hops, 1)
     if with_chunks and max_hops > 0:
-        levels.append(f"CALL {{{_hop(max_hops - 1, reach)} WHERE e.mention_count <= $chunks_up_to\n"
-                      f"  RETURN collect([e.entity_id, NULL, NULL, 0, []{chunk_ids}, []]) AS level{max_hops}\n}}")
+        levels.append(_subquery(f"level{max_hops - 1}", f"{_hop(max_hops - 1, reach)} WHERE e.mention_count <= "
+                                f"$chunks_up_to\n  RETURN collect([e.entity_id, NULL, NULL, 0, []{chunk_ids}, []]) "
+                                f"AS level{max_hops}", scoped))
         listed += 1
     columns = ["entity_id", "degree", "heaviest", "total", "edges", *(["chunk_ids"] if with_chunks else [])]
     levels.append(f"UNWIND {' + '.join(f'level{level}' for level in range(listed))} AS row\n"
@@ -351,6 +365,7 @@ class Neo4jGraphStore:
         self._driver = driver if driver is not None else GraphDatabase.driver(uri, auth=(user, password))
         try:
             self._ensure_schema()
+            self.scoped_subqueries = scoped_subqueries(self._driver.get_server_info().agent)
         except BaseException:
             self._driver.close()
             raise
@@ -921,7 +936,7 @@ class Neo4jGraphStore:
             raise ValueError(f"limit must be >= 0, got {plan.limit}")
         asked = plan.asked or AskedRelationships((), (), 0)
         records = self._query(
-            _neighbourhoods_ahead_query(plan.max_hops, plan.chunks_up_to > 0, asked.depth),
+            _neighbourhoods_ahead_query(plan.max_hops, plan.chunks_up_to > 0, asked.depth, self.scoped_subqueries),
             seeds=[[seed, float(activation)] for seed, activation in seeds.items()],
             types=None if plan.relationship_types is None else list(plan.relationship_types),
             limit=plan.limit, decay=float(plan.decay), floor=plan.min_score * (1 - _FLOOR_SLACK),
