@@ -302,6 +302,7 @@ def test_traversal_equals_the_embedded_store(open_store, tmp_path: Path, scoped:
 @pytest.mark.parametrize(("agent", "scoped"), [
     ("Neo4j/5.22.0", False), ("Neo4j/5.23.0", True), ("Neo4j/5.26.12", True), ("Neo4j/2025.10.1", True),
     ("Neo4j/4.4.40", False), ("Neo4j/5.26.0 compatible (ArcadeDB 26.10.2)", True), ("SomeBoltServer/1.0", True),
+    ("Neo4j/v5.11.0 compatible graph database server - Memgraph", False),
 ])
 def test_the_walk_statement_imports_into_subqueries_as_the_server_takes_it(agent: str, scoped: bool) -> None:
     assert scoped_subqueries(agent) is scoped

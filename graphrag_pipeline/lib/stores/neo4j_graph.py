@@ -207,8 +207,9 @@ _REACH = "[x IN allowed | [x[0], activation * $decay * (x[3] / heaviest) / (1.0 
 def scoped_subqueries(agent: str) -> bool:
     """Whether the Bolt server that calls itself ``agent`` takes a subquery's imports as ``CALL (x) { … }``: Neo4j
     since 5.23 (the importing ``WITH x`` of earlier versions is deprecated there, and gone from Cypher 25), and the
-    servers that report no Neo4j version or a later one (ArcadeDB reports "Neo4j/5.26.0 compatible")."""
-    version = re.match(r"Neo4j/(\d+)\.(\d+)", agent)
+    servers that report no Neo4j version or a later one (ArcadeDB reports "Neo4j/5.26.0 compatible", Memgraph an
+    earlier one, as "Neo4j/v5.11.0 compatible")."""
+    version = re.match(r"Neo4j/v?(\d+)\.(\d+)", agent)
     return version is None or (int(version[1]), int(version[2])) >= (5, 23)
 
 
