@@ -119,8 +119,9 @@ class Hidden:
     def has_relationships_among(
         self, relationships: Mapping[str, Relationship],
     ) -> Callable[[frozenset[str], str], bool]:
-        """``has_relationships`` answered from relationships already read: the walk's asked relationships, which
-        hold those of every entity ``IntentReader.read`` may ask about."""
+        """Whether any of some entities has a visible relationship of a type, answered from relationships already
+        read that hold all of theirs of that type: what makes a question's reference ("it") point at one of its links
+        (``IntentReader.read``, over the walk's asked relationships)."""
 
         def has(entity_ids: frozenset[str], relationship_type: str) -> bool:
             visible = entity_ids - self.elements
@@ -132,13 +133,11 @@ class Hidden:
         return has
 
     def has_relationships(self, graph: GraphStore) -> Callable[[frozenset[str], str], bool]:
-        """Whether any of some entities has a visible relationship of a type: what makes a question's reference
-        ("it") point at one of its links (``IntentReader.read``)."""
+        """``has_relationships_among`` over what ``graph`` holds, read per question (the incident context)."""
 
         def has(entity_ids: frozenset[str], relationship_type: str) -> bool:
-            return any(rid not in self.elements and other not in self.elements
-                       for n in graph.neighbourhoods(entity_ids - self.elements, [relationship_type]).values()
-                       for other, rid, _ in n.edges)
+            read = graph.relationships_of(entity_ids - self.elements, [relationship_type], provenance=False)
+            return self.has_relationships_among(read)(entity_ids, relationship_type)
 
         return has
 
