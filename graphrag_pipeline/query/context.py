@@ -21,7 +21,7 @@ from typing import Any
 from graphrag_pipeline.lib.core.config import ContextConfig
 from graphrag_pipeline.lib.core.models import Document, Entity, Relationship
 from graphrag_pipeline.lib.sources.catalog import CONTACTS_KEY, REFERENCED_ORIGIN
-from graphrag_pipeline.lib.stores.protocols import GraphStore
+from graphrag_pipeline.lib.stores.protocols import AskedRelationships, GraphStore
 from graphrag_pipeline.lib.stores.state.protocol import StateStore
 from graphrag_pipeline.query.aboutness import Aboutness
 from graphrag_pipeline.query.access import ReaderAccess
@@ -164,19 +164,20 @@ class ContextBuilder:
         if not isinstance(hops, int) or not 0 <= hops <= 3:
             raise ValueError(f"max_hops must be between 0 and 3, not {hops!r}")
         subject_ids, directions = self._subjects(subject, self._hidden(access.unreadable()))
-        entities = {eid: e for eid, e in self.graph.get_entities(subject_ids).items() if access.can_read_any(e.doc_ids)}
+        graph = _ContextGraph.read(self.graph, self.config, subject_ids, directions, hops)
+        entities = {eid: e for eid, e in graph.get_entities(subject_ids).items() if access.can_read_any(e.doc_ids)}
         truncated: dict[str, int] = {}
         facts: dict[str, Relationship] = {}
         roles: list[tuple[str, list[tuple[str, int, tuple[str, ...]]]]] = [
             ("subject", [(eid, 0, (eid,)) for eid in sorted(entities, key=lambda e: entities[e].name)])]
         for role, direction in (("dependent", "incoming"), ("dependency", "outgoing")):
-            reached = self._walk(list(entities), direction, hops, access, facts, truncated, role) \
+            reached = self._walk(graph, list(entities), direction, hops, access, facts, truncated, role) \
                 if direction in directions else []
             roles.append((role, reached))
         everyone = {eid for _, reached in roles for eid, _, _ in reached}
-        entities.update(self.graph.get_entities(everyone - set(entities)))
+        entities.update(graph.get_entities(everyone - set(entities)))
         details = _ServiceDetails(self, access, facts, truncated)
-        details.read(everyone, entities)
+        details.read(graph, everyone, entities)
         # Nearest first; within a hop, alphabetically (the walk already kept the heaviest edge into each).
         services = {role: [details.service(entities[eid], role, hop, [entities[e].name for e in path if e in entities])
                            for eid, hop, path in sorted(reached, key=lambda r: (r[1], entities[r[0]].name
@@ -188,7 +189,7 @@ class ContextBuilder:
             subjects=services["subject"],
             dependencies=services["dependency"],
             dependents=services["dependent"],
-            facts=self._facts(facts.values(), access),
+            facts=self._facts(graph, facts.values(), access),
             truncated=truncated,
         )
 
@@ -215,7 +216,7 @@ class ContextBuilder:
         return (set(ranked[0].entity_ids) if ranked else set()), both
 
     def _walk(
-        self, start: Sequence[str], direction: str, max_hops: int, access: ReaderAccess,
+        self, graph: _ContextGraph, start: Sequence[str], direction: str, max_hops: int, access: ReaderAccess,
         facts: dict[str, Relationship], truncated: dict[str, int], role: str,
     ) -> list[tuple[str, int, tuple[str, ...]]]:
         """Breadth-first along readable dependency edges in ``direction``: (entity, hops, path), nearest first,
@@ -228,7 +229,7 @@ class ContextBuilder:
         for hop in range(1, max_hops + 1):
             if not frontier:
                 break
-            relationships = self.graph.relationships_of(frontier, [self.config.dependency_type])
+            relationships = graph.relationships_of(frontier, [self.config.dependency_type])
             steps: dict[str, tuple[float, str, Relationship]] = {}
             for relationship in relationships.values():
                 if not access.can_read_any(relationship.doc_ids):
@@ -262,9 +263,10 @@ class ContextBuilder:
                     del facts[rid]
         return reached
 
-    def _facts(self, relationships: Iterable[Relationship], access: ReaderAccess) -> list[ContextFact]:
+    def _facts(self, graph: _ContextGraph, relationships: Iterable[Relationship],
+               access: ReaderAccess) -> list[ContextFact]:
         relationships = list(relationships)
-        names = {eid: e.name for eid, e in self.graph.get_entities(
+        names = {eid: e.name for eid, e in graph.get_entities(
             {r.source_id for r in relationships} | {r.target_id for r in relationships}).items()}
         order = {t: i for i, t in enumerate((self.config.dependency_type, self.config.owner_type,
                                              *self.config.document_types, self.config.incident_type))}
@@ -272,6 +274,38 @@ class ContextBuilder:
                              sorted(d for d in r.doc_ids if access.can_read(d))[:FACT_DOCUMENTS])
                  for r in relationships if r.source_id in names and r.target_id in names]
         return sorted(facts, key=lambda f: (order.get(f.type, len(order)), f.source, f.target))
+
+
+class _ContextGraph:
+    """What a context reads of the graph, read before it starts: every relationship its walks and its services'
+    details may take, and every entity at their ends, in two reads (on a server, two round trips, where a read per
+    hop, direction and kind took nine). It answers ``relationships_of`` and ``get_entities`` as the store would for
+    the entities a context reaches, since a walk reaches no further than its steps read, whatever the caller may
+    read of them."""
+
+    def __init__(self, relationships: dict[str, Relationship], entities: dict[str, Entity]):
+        self._relationships = relationships
+        self._entities = entities
+
+    @classmethod
+    def read(cls, graph: GraphStore, config: ContextConfig, subject_ids: set[str], directions: set[str],
+             hops: int) -> _ContextGraph:
+        details = sorted({config.owner_type, *config.document_types, config.incident_type} - {config.dependency_type})
+        # A walk of ``hops`` hops reads the dependencies of services up to ``hops - 1`` away, and the details of those
+        # up to ``hops`` away: one step further than either, along the walk's own direction.
+        asked = [AskedRelationships(tuple(sorted(subject_ids)), ((config.dependency_type, direction),), hops + 1,
+                                    also=tuple(details)) for direction in sorted(directions)]
+        relationships = graph.asked_relationships(asked)
+        ends = {end for r in relationships.values() for end in (r.source_id, r.target_id)}
+        return cls(relationships, graph.get_entities(subject_ids | ends))
+
+    def relationships_of(self, entity_ids: Iterable[str], relationship_types: Sequence[str]) -> dict[str, Relationship]:
+        ids, types = set(entity_ids), set(relationship_types)
+        return {rid: r for rid, r in self._relationships.items()
+                if r.type in types and (r.source_id in ids or r.target_id in ids) and r.source_id != r.target_id}
+
+    def get_entities(self, entity_ids: Iterable[str]) -> dict[str, Entity]:
+        return {eid: self._entities[eid] for eid in entity_ids if eid in self._entities}
 
 
 class _ServiceDetails:
@@ -289,8 +323,8 @@ class _ServiceDetails:
         self.about: dict[str, list[tuple[float, str, str]]] = {}  # service id -> (strength, doc id, via), best first
         self.documents: dict[str, Document] = {}
 
-    def read(self, service_ids: Iterable[str], services: Mapping[str, Entity]) -> None:
-        config, graph = self.config, self.builder.graph
+    def read(self, graph: _ContextGraph, service_ids: Iterable[str], services: Mapping[str, Entity]) -> None:
+        config = self.config
         service_ids = set(service_ids)
         types = [config.owner_type, *config.document_types, config.incident_type]
         relationships = graph.relationships_of(service_ids, types)

@@ -424,6 +424,35 @@ def test_a_walk_reads_the_asked_relationships_along_the_asked_steps_and_no_furth
     assert set(walk(graph_store, {"payment": 1.0}, max_hops=1, asked=only_owners).asked) == {"payment-OWNED_BY-team-p"}
 
 
+
+def test_asked_relationships_are_read_together_as_each_would_be_read_alone(graph_store: GraphStore) -> None:
+    # The incident context of payment: its dependents' walk and its dependencies' walk, each reading the owners of
+    # every service it may reach (``also``) without stepping along them.
+    build(graph_store, [
+        rel("checkout", "payment", type_="DEPENDS_ON"), rel("frontend", "checkout", type_="DEPENDS_ON"),
+        rel("checkout", "team-a", type_="OWNED_BY"), rel("payment", "team-p", type_="OWNED_BY"),
+        rel("payment", "db", type_="DEPENDS_ON"), rel("db", "team-d", type_="OWNED_BY"),
+        rel("team-a", "org", type_="OWNED_BY"), rel("checkout", "cart", 2.0),
+        rel("frontend", "team-f", type_="OWNED_BY"),
+    ])
+    owners = ("OWNED_BY",)
+    dependents = AskedRelationships(("payment",), (("DEPENDS_ON", "incoming"),), 2, also=owners)
+    dependencies = AskedRelationships(("ghost", "payment"), (("DEPENDS_ON", "outgoing"),), 2, also=owners)
+    assert set(read_asked_relationships(graph_store, dependents)) == {
+        "checkout-DEPENDS_ON-payment", "payment-OWNED_BY-team-p", "payment-DEPENDS_ON-db",  # payment's, one hop
+        "frontend-DEPENDS_ON-checkout", "checkout-OWNED_BY-team-a"}  # checkout's; no step along an owner to org
+    assert set(read_asked_relationships(graph_store, dependencies)) == {
+        "checkout-DEPENDS_ON-payment", "payment-OWNED_BY-team-p", "payment-DEPENDS_ON-db", "db-OWNED_BY-team-d"}
+    together = graph_store.asked_relationships([dependents, dependencies])
+    assert together == {**read_asked_relationships(graph_store, dependents),
+                        **read_asked_relationships(graph_store, dependencies)}
+    assert together["checkout-OWNED_BY-team-a"].doc_ids  # with provenance, which the caller's access rule reads
+    deeper = dataclasses.replace(dependents, depth=3)
+    assert graph_store.asked_relationships([deeper]) == read_asked_relationships(graph_store, deeper)
+    assert "frontend-OWNED_BY-team-f" in graph_store.asked_relationships([deeper])
+    assert graph_store.asked_relationships([]) == {}
+    assert graph_store.asked_relationships([AskedRelationships(("ghost",), dependents.steps, 2)]) == {}
+
 def test_traversal_refetches_a_neighbourhood_whose_list_ran_out(graph_store: GraphStore) -> None:
     # Thirty heavy parallel relationships to one neighbour fill any limited list before the second neighbour.
     parallel = [rel("s", "x", 5.0, type_=f"PARALLEL_{i:02d}") for i in range(30)]

@@ -417,6 +417,41 @@ def test_query_module_returns_the_same_results_on_both_backends(
         assert followed or index != "sample_settings"  # and, on the sample, the relationships questions asked for
 
 
+
+@pytest.mark.slow
+def test_the_incident_context_is_the_same_on_both_backends_in_two_statements(
+    open_store, sample_settings, monkeypatch
+) -> None:
+    """The context of the sample's services, with the sample's graph in the Bolt store: what the embedded index gives,
+    read in two statements (its relationships, then their entities) for a service named, where it took nine."""
+    monkeypatch.setenv("GRAPH_BACKEND", "embedded")
+    from graphrag_pipeline.lib.compose.backends import open_graph_store
+    from graphrag_pipeline.query import open_index
+    from graphrag_pipeline.query.engine import QueryEngine
+
+    store = open_store(ontology=sample_settings.ontology)
+    embedded = open_graph_store(sample_settings, read_only=True)
+    try:
+        copy_graph(embedded, store)
+    finally:
+        embedded.close()
+    with open_index(settings=sample_settings) as reference:
+        bolt = QueryEngine(sample_settings, state=reference.state, graph_store=store, vector_store=reference.vectors,
+                           embedder=reference.embedder)
+        bolt.context("payment")  # the name index is built on the first call: once per open index
+        statements = count_statements(store)
+        walked = 0
+        for subject, max_hops in (("payment", None), ("checkout", None), ("frontend", 1), ("cart", 3),
+                                  ("Alert on payment: which services depend on it, and who owns them?", None)):
+            expected = reference.context(subject, max_hops=max_hops).to_dict()
+            statements.clear()
+            actual = bolt.context(subject, max_hops=max_hops).to_dict()
+            assert actual == expected, subject
+            walked += bool(expected["dependents"] or expected["dependencies"])
+            # A question reads more: which of its links has dependency edges (``Hidden.has_relationships``).
+            assert len(statements) <= (2 if subject.isalpha() else 4), (subject, statements)
+        assert walked >= 4
+
 def test_the_lexical_graph_leads_from_entities_to_text_and_goes_with_its_chunks(open_store) -> None:
     """Neo4j users know (:Document)<-[:PART_OF]-(:Chunk {text})-[:MENTIONS]->(:Entity) from neo4j-graphrag; chunk
     nodes carried only an id, so nothing led from the graph to text."""

@@ -28,7 +28,8 @@ import orjson
 from graphrag_pipeline.lib.core.ids import hashed_id_bytes
 from graphrag_pipeline.lib.core.models import ChunkText, Entity, EntityNames, Relationship
 from graphrag_pipeline.lib.stores.protocols import (
-    GraphStats, Neighbourhood, ReadAhead, Subgraph, WalkPlan, check_page, read_asked_relationships,
+    AskedRelationships, GraphStats, Neighbourhood, ReadAhead, Subgraph, WalkPlan, check_page,
+    read_asked_relationships,
 )
 from graphrag_pipeline.lib.stores.sqlite_files import naming_damage
 
@@ -839,6 +840,10 @@ class EmbeddedGraphStore:
         the neighbourhoods, and the chunks, of entities the walk then leaves behind; and the asked relationships."""
         asked = {} if plan.asked is None else read_asked_relationships(self, plan.asked)
         return ReadAhead(self.neighbourhoods(seeds, plan.relationship_types, plan.limit), asked=asked)
+
+    def asked_relationships(self, asked: Sequence[AskedRelationships]) -> dict[str, Relationship]:
+        """A step at a time (``read_asked_relationships``): a read from this file costs no round trip."""
+        return {rid: relationship for one in asked for rid, relationship in read_asked_relationships(self, one).items()}
 
     def close(self) -> None:
         with self._lock:

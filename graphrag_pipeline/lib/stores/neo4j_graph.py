@@ -236,7 +236,7 @@ def _neighbourhoods_ahead_query(max_hops: int, with_chunks: bool, asked_depth: i
     a list: the neighbourhood's columns, with ``with_chunks`` its entity's ``chunk_ids`` (see ``_CHUNK_IDS``), then its
     ``_REACH``; with ``with_chunks``, a last level lists only the chunks of what the walk's last hop may reach.
     ``asked_depth``: as many ``UNION ALL`` branches more, branch k taking k - 1 asked steps before reading the asked
-    relationships (``_ASKED_STEP``). ``scoped``: the subqueries' form (``scoped_subqueries``)."""
+    relationships (``_asked_branches``). ``scoped``: the subqueries' form (``scoped_subqueries``)."""
     chunk_ids = f", {_CHUNK_IDS}" if with_chunks else ""
     reach = 6 if with_chunks else 5
     row = f"[e.entity_id, degree, heaviest, size(allowed), allowed[0..$limit]{chunk_ids}, {_REACH}]"
@@ -253,28 +253,40 @@ def _neighbourhoods_ahead_query(max_hops: int, with_chunks: bool, asked_depth: i
     columns = ["entity_id", "degree", "heaviest", "total", "edges", *(["chunk_ids"] if with_chunks else [])]
     levels.append(f"UNWIND {' + '.join(f'level{level}' for level in range(listed))} AS row\n"
                   f"RETURN {', '.join(f'row[{index}] AS {column}' for index, column in enumerate(columns))}")
-    asked_ending = _ASKED_RELATIONSHIPS_OF_E.rstrip() + (", NULL AS chunk_ids\n" if with_chunks else "\n")
+    asked_return = _ASKED_IN_WALK + (", NULL AS chunk_ids" if with_chunks else "")
     return "\nUNION ALL\n".join(["\n".join(levels),
-                                  *(_ASKED_FROM + _ASKED_STEP * steps + asked_ending for steps in range(asked_depth))])
+                                  *(branch + asked_return for branch in _asked_branches(asked_depth, "asked"))])
 
 
-# The question's asked relationships (``AskedRelationships``): from ``$asked_ids``, each step goes along a relationship
-# of an asked type in an asked direction; the last reads every relationship of the asked types of the entities
-# reached. Their rows have a null ``entity_id`` and the relationship's fields, in the order of
-# ``_RELATIONSHIP_COLUMNS``, as ``edges``.
-_ASKED_FROM = f"UNWIND $asked_ids AS id MATCH (e:{ENTITY_LABEL} {{entity_id: id}})"
-_ASKED_STEP = f"""
+# Asked relationships (``AskedRelationships``), as ``UNION ALL`` branches whose parameters are named ``$<name>_…``
+# (``_asked_parameters``): from ``$<name>_ids``, each step goes along a relationship of an asked type in an asked
+# direction; the last reads every relationship of the asked types of the entities reached, as ``r`` with its ends
+# ``s`` and ``t``, for the caller's ``RETURN``.
+def _asked_branches(depth: int, name: str) -> list[str]:
+    start = f"UNWIND ${name}_ids AS id MATCH (e:{ENTITY_LABEL} {{entity_id: id}})"
+    step = f"""
 MATCH (e)-[r]-(n:{ENTITY_LABEL})
-WHERE n <> e AND ((startNode(r) = e AND r.type IN $asked_outgoing) OR (endNode(r) = e AND r.type IN $asked_incoming))
+WHERE n <> e AND ((startNode(r) = e AND r.type IN ${name}_outgoing) OR (endNode(r) = e AND r.type IN ${name}_incoming))
 WITH DISTINCT n AS e
 """
-_ASKED_RELATIONSHIPS_OF_E = f"""
-MATCH (e)-[r]-(n:{ENTITY_LABEL}) WHERE n <> e AND r.type IN $asked_types
+    relationships_of_e = f"""
+MATCH (e)-[r]-(n:{ENTITY_LABEL}) WHERE n <> e AND r.type IN ${name}_types
 WITH DISTINCT r
 WITH r, startNode(r) AS s, endNode(r) AS t
-RETURN NULL AS entity_id, NULL AS degree, NULL AS heaviest, 0 AS total,
-       [{", ".join(_RELATIONSHIP_COLUMNS.values())}] AS edges
 """
+    return [start + step * steps + relationships_of_e for steps in range(depth)]
+
+
+def _asked_parameters(asked: AskedRelationships, name: str) -> dict[str, list[str]]:
+    return {f"{name}_ids": list(asked.entity_ids), f"{name}_types": list(asked.types),
+            f"{name}_outgoing": [rtype for rtype, direction in asked.steps if direction == "outgoing"],
+            f"{name}_incoming": [rtype for rtype, direction in asked.steps if direction == "incoming"]}
+
+
+# In the walk statement, the question's asked relationships are rows with a null ``entity_id`` and the relationship's
+# fields, in the order of ``_RELATIONSHIP_COLUMNS``, as ``edges``.
+_ASKED_IN_WALK = ("RETURN NULL AS entity_id, NULL AS degree, NULL AS heaviest, 0 AS total, "
+                  f"[{', '.join(_RELATIONSHIP_COLUMNS.values())}] AS edges")
 
 
 # Floating-point order differs between the server and Python: a reach this close under the bound is read too (a
@@ -784,6 +796,17 @@ class Neo4jGraphStore:
                 found[record["relationship_id"]] = _relationship_from_record(record)
         return found
 
+    def asked_relationships(self, asked: Sequence[AskedRelationships]) -> dict[str, Relationship]:
+        """Every one of ``asked`` (see ``GraphStore``) in one statement, a ``UNION ALL`` branch per depth of each."""
+        branches = [(f"asked{index}", one) for index, one in enumerate(asked) if one.entity_ids and one.depth > 0]
+        if not branches:
+            return {}
+        cypher = "\nUNION ALL\n".join(branch + f"RETURN {_RELATIONSHIP_RETURN}"
+                                       for name, one in branches for branch in _asked_branches(one.depth, name))
+        parameters = {key: value for name, one in branches for key, value in _asked_parameters(one, name).items()}
+        return {record["relationship_id"]: _relationship_from_record(record)
+                for record in self._query(cypher, **parameters)}
+
     def relationships_between(self, entity_ids: Iterable[str], limit: int = 50) -> list[Relationship]:
         """Relationships with both ends in ``entity_ids``, heaviest first (ties by relationship id)."""
         if limit < 0:
@@ -941,9 +964,7 @@ class Neo4jGraphStore:
             seeds=[[seed, float(activation)] for seed, activation in seeds.items()],
             types=None if plan.relationship_types is None else list(plan.relationship_types),
             limit=plan.limit, decay=float(plan.decay), floor=plan.min_score * (1 - _FLOOR_SLACK),
-            chunks_up_to=plan.chunks_up_to, asked_ids=list(asked.entity_ids), asked_types=list(asked.types),
-            asked_outgoing=[rtype for rtype, direction in asked.steps if direction == "outgoing"],
-            asked_incoming=[rtype for rtype, direction in asked.steps if direction == "incoming"],
+            chunks_up_to=plan.chunks_up_to, **_asked_parameters(asked, "asked"),
         )
         read = ReadAhead({})
         for record in records:

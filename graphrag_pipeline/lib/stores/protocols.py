@@ -108,15 +108,17 @@ class AskedRelationships:
     from them. A step goes from an entity along a relationship of a (type, direction) pair in ``steps``: to its
     target when the entity is its source and the direction "outgoing", to its source when it is its target and the
     direction "incoming". A question's chain ("which services depend on X, and who owns them") follows the
-    relationships the step before it reached, which lie within that many steps."""
+    relationships the step before it reached, which lie within that many steps. ``also``: more types read, along
+    which no step goes (the incident context reads the owners and runbooks of every service its walk may reach)."""
 
     entity_ids: tuple[str, ...]  # sorted
     steps: tuple[tuple[str, str], ...]  # (relationship type, "outgoing" | "incoming"), sorted
     depth: int  # >= 1
+    also: tuple[str, ...] = ()  # sorted
 
     @property
     def types(self) -> tuple[str, ...]:
-        return tuple(sorted({relationship_type for relationship_type, _ in self.steps}))
+        return tuple(sorted({*(relationship_type for relationship_type, _ in self.steps), *self.also}))
 
     def reached(self, relationships: Iterable[Relationship], entity_ids: set[str]) -> set[str]:
         """The entities one step along ``relationships`` reaches from ``entity_ids``."""
@@ -276,6 +278,12 @@ class GraphStore(Protocol):
         server, one round trip instead of two, and a lookup from the entities instead of by relationship id.
         ``provenance=False``: each without its chunk ids, document ids and predicates (empty), which community
         summaries, reading every relationship of the communities they rewrite, do not use."""
+        ...
+
+    def asked_relationships(self, asked: Sequence[AskedRelationships]) -> dict[str, Relationship]:
+        """Relationship id → relationship, with provenance, of every one of ``asked`` as ``read_asked_relationships``
+        reads it, in one read: the incident context's walks, owners and runbooks in one round trip on a server
+        instead of one per hop and direction."""
         ...
 
     def relationships_between(self, entity_ids: Iterable[str], limit: int = 50) -> list[Relationship]: ...
