@@ -291,8 +291,8 @@ class _ContextGraph:
     def read(cls, graph: GraphStore, config: ContextConfig, subject_ids: set[str], directions: set[str],
              hops: int) -> _ContextGraph:
         details = sorted({config.owner_type, *config.document_types, config.incident_type} - {config.dependency_type})
-        # A walk of ``hops`` hops reads the dependencies of services up to ``hops - 1`` away, and the details of those
-        # up to ``hops`` away: one step further than either, along the walk's own direction.
+        # A walk of ``hops`` hops reads the dependencies of the services up to ``hops - 1`` steps away, and the details
+        # of those up to ``hops`` away: a read ``hops`` steps deep along the walk's direction holds both.
         asked = [AskedRelationships(tuple(sorted(subject_ids)), ((config.dependency_type, direction),), hops + 1,
                                     also=tuple(details)) for direction in sorted(directions)]
         relationships = graph.asked_relationships(asked)

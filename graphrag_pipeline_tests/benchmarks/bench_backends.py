@@ -5,10 +5,10 @@
 Builds `data/corpus` + `data/catalog` twice in this process with one loaded embedder: embedded (SQLite state, the
 embedded graph, Qdrant Edge) and on servers (PostgreSQL state from the tests' throw-away PostgreSQL 18, ArcadeDB's
 Bolt server, qdrant-client's local mode). Prints each build's per-stage seconds, then query latency percentiles per
-mode over the same questions, Bolt statements per question on the servers, the time the server's read transactions
-took by their first statement, the server's floor (a statement that reads nothing, and one that only lists the
-relationships of each walk's seeds, the least a walk from them reads), and whether both indexes gave the same top
-document for each question.
+mode over the same questions, and those of incident contexts, with Bolt statements per question and per context on
+the servers; the time the server's read transactions took by their first statement, the server's floor (a statement
+that reads nothing, and one that only lists the relationships of each walk's seeds, the least a walk from them
+reads), and whether both indexes gave the same top document for each question.
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ QUESTIONS = (
     "How is the OpenTelemetry collector configured in the demo?",
 )
 MODES = ("vector", "graph", "hybrid")
+# Incident contexts (``index.context``): services of the sample catalog by name, and the headline question.
+CONTEXT_SUBJECTS = ("payment", "checkout", "frontend", "cart", "currency",
+                    "Alert on payment: which services depend on it, and who owns them?")
 STATEMENT_LABEL = 100  # characters of a statement that name it in the timings
 # The floor of a walk on the server: one statement that reads nothing, and one that lists each seed's relationships
 # and their other ends, without aggregating, ordering or going a hop further.
@@ -102,12 +105,13 @@ class ReadCounter:
 
 def _latencies(settings, embedder, questions, repeats: int, reads: ReadCounter,
                ) -> tuple[dict[str, list[float]], dict[str, list[int]], list[str], dict[str, dict[str, list[float]]]]:
-    times: dict[str, list[float]] = {mode: [] for mode in MODES}
+    times: dict[str, list[float]] = {mode: [] for mode in (*MODES, "context")}
     steps: dict[str, dict[str, list[float]]] = {mode: defaultdict(list) for mode in MODES}
-    round_trips: dict[str, list[int]] = {mode: [] for mode in MODES}
+    round_trips: dict[str, list[int]] = {mode: [] for mode in (*MODES, "context")}
     tops = []
     with open_index(settings=settings, embedder=embedder) as index:
         index.query(questions[0])  # lookups built on the first question: paid once per process
+        index.context(CONTEXT_SUBJECTS[0])
         reads.milliseconds.clear()
         reads.walk_seeds.clear()
         for _ in range(repeats):
@@ -122,6 +126,12 @@ def _latencies(settings, embedder, questions, repeats: int, reads: ReadCounter,
                         steps[mode][step].append(ms)
                     if mode == "hybrid" and len(tops) < len(questions):
                         tops.append(response.results[0].doc_id if response.results else "")
+            for subject in CONTEXT_SUBJECTS:
+                before = reads.statements
+                started = time.perf_counter()
+                index.context(subject)
+                times["context"].append((time.perf_counter() - started) * 1000)
+                round_trips["context"].append(reads.statements - before)
     return times, round_trips, tops, steps
 
 
@@ -175,12 +185,14 @@ def main() -> None:
     for name, (stages, times, round_trips, _, steps) in rows.items():
         print(f"\n{name}: build {stages.pop('total'):.1f} s — " + ", ".join(f"{k} {v:.1f}" for k, v in stages.items()))
         for mode, values in times.items():
+            asked, each = ("contexts", "context") if mode == "context" else ("queries", "question")
             print(f"  {mode:7s} p50 {np.percentile(values, 50):7.1f} ms   p95 {np.percentile(values, 95):7.1f} ms"
-                  f"   ({len(values)} queries)   Bolt statements per question: median "
+                  f"   ({len(values)} {asked})   Bolt statements per {each}: median "
                   f"{np.median(round_trips[mode]):.0f}, max {max(round_trips[mode])}")
-            print("          steps p50: " + " · ".join(f"{step} {np.percentile(ms, 50):.1f}"
-                                                      for step, ms in steps[mode].items()))
-    print("\nBolt read transactions over the server's questions, by their first statement:")
+            if mode in steps:
+                print("          steps p50: " + " · ".join(f"{step} {np.percentile(ms, 50):.1f}"
+                                                          for step, ms in steps[mode].items()))
+    print("\nBolt read transactions over the server's questions and contexts, by their first statement:")
     for label, values in sorted(reads.milliseconds.items(), key=lambda item: -sum(item[1])):
         print(f"  {len(values):5d} × median {np.median(values):6.1f} ms, {sum(values):8.0f} ms in all   {label}")
     print(f"  the server's floor: a statement that reads nothing, median {floor['nothing'][0]:.1f} ms; the seeds' "
