@@ -132,7 +132,10 @@ def walk(
     }
     frontier = _by_score(best, best)
     for hop in range(1, max_hops + 1):
-        expanding = [(entity_id, reach) for entity_id, reach in frontier if reach[0] > 0]
+        # Every factor of a hop is at most 1, so an entity whose score times the decay is under min_score passes on
+        # nothing that would be kept: it is not expanded, and its neighbourhood is not read.
+        expanding = [(entity_id, reach) for entity_id, reach in frontier
+                     if reach[0] > 0 and reach[0] * decay >= min_score]
         if not expanding:
             break
         missing = [entity_id for entity_id, _ in expanding if entity_id not in neighbourhoods]

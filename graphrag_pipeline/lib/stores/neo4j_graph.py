@@ -232,7 +232,8 @@ def _hop(level: int, reach: int) -> str:
 def _neighbourhoods_ahead_query(max_hops: int, with_chunks: bool, asked_depth: int = 0, scoped: bool = True) -> str:
     """The neighbourhoods of the seeds and of what ``max_hops - 1`` hops reach, in one statement that reads each
     entity's relationships once: level 0 lists the seeds' neighbourhoods, and each further level (a subquery) those
-    of what a hop from the level before reaches, scored from the relationships that level listed. A row of a level is
+    of what a hop from the level before reaches, scored from the relationships that level listed, and the walk will
+    expand; what it reaches and will not expand gets only its chunks read (``unexpanded``). A row of a level is
     a list: the neighbourhood's columns, with ``with_chunks`` its entity's ``chunk_ids`` (see ``_CHUNK_IDS``), then its
     ``_REACH``; with ``with_chunks``, a last level lists only the chunks of what the walk's last hop may reach.
     ``asked_depth``: as many ``UNION ALL`` branches more, branch k taking k - 1 asked steps before reading the asked
@@ -240,18 +241,26 @@ def _neighbourhoods_ahead_query(max_hops: int, with_chunks: bool, asked_depth: i
     chunk_ids = f", {_CHUNK_IDS}" if with_chunks else ""
     reach = 6 if with_chunks else 5
     row = f"[e.entity_id, degree, heaviest, size(allowed), allowed[0..$limit]{chunk_ids}, {_REACH}]"
+    chunks_only = f"[e.entity_id, NULL, NULL, 0, []{chunk_ids}, []]"
     levels = [f"{_SEEDS}{_NEIGHBOURHOOD_OF_E}WITH collect({row}) AS level0"]
+    listed = ["level0"]
     for level in range(1, max_hops):
-        levels.append(_subquery(f"level{level - 1}", f"{_hop(level - 1, reach)}{_NEIGHBOURHOOD_OF_E}"
-                                f"  RETURN collect({row}) AS level{level}", scoped))
-    listed = max(max_hops, 1)
+        # The walk expands only what passes on at least the floor (``query.traversal``): the rest of a level gets
+        # no neighbourhood read, only its chunks.
+        levels.append(_subquery(f"level{level - 1}", f"{_hop(level - 1, reach)} WHERE activation * $decay >= $floor"
+                                f"{_NEIGHBOURHOOD_OF_E}  RETURN collect({row}) AS level{level}", scoped))
+        listed.append(f"level{level}")
+        if with_chunks:
+            levels.append(_subquery(f"level{level - 1}", f"{_hop(level - 1, reach)} WHERE activation * $decay < $floor "
+                                    f"AND e.mention_count <= $chunks_up_to\n  RETURN collect({chunks_only}) "
+                                    f"AS unexpanded{level}", scoped))
+            listed.append(f"unexpanded{level}")
     if with_chunks and max_hops > 0:
         levels.append(_subquery(f"level{max_hops - 1}", f"{_hop(max_hops - 1, reach)} WHERE e.mention_count <= "
-                                f"$chunks_up_to\n  RETURN collect([e.entity_id, NULL, NULL, 0, []{chunk_ids}, []]) "
-                                f"AS level{max_hops}", scoped))
-        listed += 1
+                                f"$chunks_up_to\n  RETURN collect({chunks_only}) AS level{max_hops}", scoped))
+        listed.append(f"level{max_hops}")
     columns = ["entity_id", "degree", "heaviest", "total", "edges", *(["chunk_ids"] if with_chunks else [])]
-    levels.append(f"UNWIND {' + '.join(f'level{level}' for level in range(listed))} AS row\n"
+    levels.append(f"UNWIND {' + '.join(listed)} AS row\n"
                   f"RETURN {', '.join(f'row[{index}] AS {column}' for index, column in enumerate(columns))}")
     asked_return = _ASKED_IN_WALK + (", NULL AS chunk_ids" if with_chunks else "")
     return "\nUNION ALL\n".join(["\n".join(levels),
