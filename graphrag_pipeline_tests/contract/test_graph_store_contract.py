@@ -378,6 +378,26 @@ def test_traversal_reads_ahead_then_only_what_is_missing_once_per_hop(graph_stor
     assert {limit for _, _, limit, _ in counting.calls} == {2 * 5 + 3 + 1}
 
 
+
+def test_a_walk_reads_no_neighbourhood_of_what_passes_on_less_than_min_score(graph_store: GraphStore) -> None:
+    # From s, a is reached with 0.5 / (1 + log10 2) = 0.38 and b, five times lighter, with 0.077: kept (over 0.05),
+    # but half of it is under 0.05, so nothing b passes on could be kept. Its neighbourhood is never read; its
+    # chunks still are, with the walk's first read, by a store that reads ahead.
+    build(graph_store, [rel("s", "a", 5.0), rel("s", "b", 1.0), rel("a", "c", 5.0), rel("b", "d", 1.0),
+                        rel("b", "e", 1.0)])
+    graph_store.set_chunk_mentions({"k1": ["b"], "k2": ["a", "c"]})
+    counting = CountingGraph(graph_store)
+
+    walked = walk(counting, {"s": 1.0}, max_hops=2, min_score=0.05, chunks_up_to=5)  # type: ignore[arg-type]
+
+    scores = {hit.entity_id: hit.score for hit in walked.hits}
+    assert set(scores) == {"s", "a", "b", "c"} and scores["b"] == pytest.approx(expected_spread(1, 0.5, 1, 5, 2))
+    assert scores["b"] >= 0.05 > scores["b"] * 0.5
+    read = set().union(*(answered for _, _, _, answered in counting.calls))
+    assert "a" in read and "b" not in read  # a is expanded (c is kept from it); b is not
+    if walked.chunks_read:
+        assert walked.chunks_read["b"] == ["k1"] and walked.chunks_read["c"] == ["k2"]
+
 def test_the_chunks_a_walk_reads_ahead_are_those_of_entities_few_chunks_mention_as_chunks_of_entities_lists_them(
     graph_store: GraphStore,
 ) -> None:
