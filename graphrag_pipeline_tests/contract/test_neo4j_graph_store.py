@@ -6,6 +6,7 @@ Runs against the session's ArcadeDB Bolt server, and against a real Neo4j when `
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 from collections.abc import Iterator
@@ -344,6 +345,28 @@ def copy_graph(source: Any, target: Neo4jGraphStore) -> None:
     target.set_chunk_mentions(mentions)
 
 
+@contextlib.contextmanager
+def both_backends(open_store, settings: Any, monkeypatch) -> Iterator[tuple[Any, Any, Neo4jGraphStore]]:
+    """A built index opened as it is (embedded graph), the same index answering from the Bolt store its graph was
+    copied into, and that store."""
+    monkeypatch.setenv("GRAPH_BACKEND", "embedded")  # the reference engine reads the index's own graph
+    from graphrag_pipeline.lib.compose.backends import open_graph_store
+    from graphrag_pipeline.query import open_index
+    from graphrag_pipeline.query.engine import QueryEngine
+
+    store = open_store(ontology=settings.ontology)
+    embedded = open_graph_store(settings, read_only=True)
+    assert isinstance(embedded, EmbeddedGraphStore)
+    try:
+        copy_graph(embedded, store)
+        assert store.stats() == embedded.stats()
+    finally:
+        embedded.close()
+    with open_index(settings=settings) as reference:
+        yield reference, QueryEngine(settings, state=reference.state, graph_store=store,
+                                     vector_store=reference.vectors, embedder=reference.embedder), store
+
+
 MULTIHOP_QUESTIONS = [
     "Where was the founder of Acme Robotics born?",
     "Who founded Zentrix Labs?",
@@ -375,29 +398,7 @@ def test_query_module_returns_the_same_results_on_both_backends(
     open_store, index: str, questions: list[str], request: pytest.FixtureRequest, monkeypatch
 ) -> None:
     """A built index answered with its embedded graph and with the same graph written to the Bolt store."""
-    monkeypatch.setenv("GRAPH_BACKEND", "embedded")  # the reference engine reads the index's own graph
-    from graphrag_pipeline.lib.compose.backends import open_graph_store
-    from graphrag_pipeline.query import open_index
-    from graphrag_pipeline.query.engine import QueryEngine
-
-    settings = request.getfixturevalue(index)
-    store = open_store(ontology=settings.ontology)
-    embedded = open_graph_store(settings, read_only=True)
-    assert isinstance(embedded, EmbeddedGraphStore)
-    try:
-        copy_graph(embedded, store)
-        assert store.stats() == embedded.stats()
-    finally:
-        embedded.close()
-
-    with open_index(settings=settings) as reference:
-        bolt = QueryEngine(
-            settings,
-            state=reference.state,
-            graph_store=store,
-            vector_store=reference.vectors,
-            embedder=reference.embedder,
-        )
+    with both_backends(open_store, request.getfixturevalue(index), monkeypatch) as (reference, bolt, store):
         compared = followed = 0
         bolt.query(questions[0])  # lookups built on the first question: once per open index
         statements = count_statements(store)
@@ -424,20 +425,7 @@ def test_the_incident_context_is_the_same_on_both_backends_in_two_statements(
 ) -> None:
     """The context of the sample's services, with the sample's graph in the Bolt store: what the embedded index gives,
     read in two statements (its relationships, then their entities) for a service named, where it took nine."""
-    monkeypatch.setenv("GRAPH_BACKEND", "embedded")
-    from graphrag_pipeline.lib.compose.backends import open_graph_store
-    from graphrag_pipeline.query import open_index
-    from graphrag_pipeline.query.engine import QueryEngine
-
-    store = open_store(ontology=sample_settings.ontology)
-    embedded = open_graph_store(sample_settings, read_only=True)
-    try:
-        copy_graph(embedded, store)
-    finally:
-        embedded.close()
-    with open_index(settings=sample_settings) as reference:
-        bolt = QueryEngine(sample_settings, state=reference.state, graph_store=store, vector_store=reference.vectors,
-                           embedder=reference.embedder)
+    with both_backends(open_store, sample_settings, monkeypatch) as (reference, bolt, store):
         bolt.context("payment")  # the name index is built on the first call: once per open index
         statements = count_statements(store)
         walked = 0
