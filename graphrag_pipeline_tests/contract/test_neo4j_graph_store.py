@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import random
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,20 @@ def test_an_earlier_versions_labels_move_to_the_one_style_when_the_store_opens(o
         assert entity_labels(reopened) == {"ada": ["Entity", "Person"]}
     finally:
         reopened.close()
+
+
+def test_the_bolt_server_also_runs_in_a_process_of_its_own() -> None:
+    # The benchmarks' server (no JVM in the client's process): a store on it writes and reads, and the server's
+    # process is gone after the block.
+    with bolt_server.arcadedb_bolt_server_process() as server:
+        store = Neo4jGraphStore(server.uri, server.user, server.password, server.create_database(), ontology=ONTOLOGY)
+        try:
+            store.upsert_entities([entity("ada", type_="PERSON")])
+            assert set(store.get_entities(["ada", "bob"])) == {"ada"}
+        finally:
+            store.close()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", server.bolt_port), timeout=5).close()
 
 
 def test_type_change_moves_the_label(open_store) -> None:
