@@ -4,11 +4,11 @@
 
 Builds `data/corpus` + `data/catalog` twice in this process with one loaded embedder: embedded (SQLite state, the
 embedded graph, Qdrant Edge) and on servers (PostgreSQL state from the tests' throw-away PostgreSQL 18, ArcadeDB's Bolt
-server in a process of its own, qdrant-client's local mode). Prints each build's per-stage seconds, then query latency
-percentiles per mode over the same questions, and those of incident contexts, with Bolt statements per question and per
-context on the servers; the time the server's read transactions took by their first statement, the server's floor (a
-statement that reads nothing, and one that only lists the relationships of each walk's seeds, the least a walk from them
-reads), and whether both indexes gave the same top document for each question.
+server in a process of its own, or the Neo4j that ``NEO4J_URI`` names, qdrant-client's local mode). Prints each build's
+per-stage seconds, then query latency percentiles per mode over the same questions, and those of incident contexts, with
+Bolt statements per question and per context on the servers; the time the server's read transactions took by their first
+statement, the server's floor (a statement that reads nothing, and one that only lists the relationships of each walk's
+seeds, the least a walk from them reads), and whether both indexes gave the same top document for each question.
 """
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ import os
 import tempfile
 import time
 from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 from neo4j import GraphDatabase
@@ -30,7 +33,11 @@ from graphrag_pipeline.lib.stages import build_everything
 from graphrag_pipeline.lib.stores.neo4j_graph import ENTITY_LABEL, Neo4jGraphStore
 from graphrag_pipeline.query import open_index
 from graphrag_pipeline_tests.conftest import SAMPLE_CATALOG, SAMPLE_CORPUS
-from graphrag_pipeline_tests.contract.bolt_server import arcadedb_bolt_server_process
+from graphrag_pipeline_tests.contract.bolt_server import (
+    arcadedb_bolt_server_process,
+    clear_graph,
+    real_neo4j_settings,
+)
 from graphrag_pipeline_tests.postgres import embedded_server, throwaway_database
 
 QUESTIONS = (
@@ -54,6 +61,31 @@ NOTHING = "RETURN 1 AS one"
 SEEDS_RELATIONSHIPS = (f"UNWIND $ids AS id MATCH (e:{ENTITY_LABEL} {{entity_id: id}})-[r]-(n:{ENTITY_LABEL}) "
                        "RETURN e.entity_id AS entity_id, n.entity_id AS other, r.relationship_id AS relationship_id, "
                        "r.weight AS weight")
+
+
+@dataclass(frozen=True)
+class BoltServer:
+    uri: str
+    user: str
+    password: str
+    database: str | None  # None: the server's default database
+
+
+@contextmanager
+def _bolt_server() -> Iterator[BoltServer]:
+    """The Neo4j that ``NEO4J_URI`` names (the tests' variables; its ``:Entity`` and ``:Chunk`` nodes are deleted
+    first, as the tests do: point it at a disposable database), else ArcadeDB's Bolt server in a process of its own."""
+    real = real_neo4j_settings()
+    if real is None:
+        with arcadedb_bolt_server_process() as child:
+            yield BoltServer(child.uri, child.user, child.password, child.create_database("bench"))
+        return
+    store = Neo4jGraphStore(real["uri"], real["user"], real["password"], real["database"])
+    try:
+        clear_graph(store)
+    finally:
+        store.close()
+    yield BoltServer(real["uri"], real["user"], real["password"], real["database"])
 
 
 def _build(settings, embedder) -> dict[str, float]:
@@ -135,7 +167,7 @@ def _latencies(settings, embedder, questions, repeats: int, reads: ReadCounter,
     return times, round_trips, tops, steps
 
 
-def _floor(bolt, database: str, walk_seeds: list[list[str]], repeats: int) -> dict[str, tuple[float, float]]:
+def _floor(bolt: BoltServer, walk_seeds: list[list[str]], repeats: int) -> dict[str, tuple[float, float]]:
     """Median milliseconds (and rows) of ``NOTHING`` and of ``SEEDS_RELATIONSHIPS`` for each walk's seeds, each run
     ``repeats`` times in a read transaction of its own, as the store runs its reads."""
     def rows_of(tx, cypher: str, parameters: dict) -> list:
@@ -147,7 +179,7 @@ def _floor(bolt, database: str, walk_seeds: list[list[str]], repeats: int) -> di
             for seeds in walk_seeds:
                 for name, cypher, parameters in (("nothing", NOTHING, {}),
                                                  ("seeds", SEEDS_RELATIONSHIPS, {"ids": seeds})):
-                    with driver.session(database=database) as session:
+                    with driver.session(database=bolt.database) as session:
                         started = time.perf_counter()
                         rows = session.execute_read(rows_of, cypher, parameters)
                         timings[name].append(((time.perf_counter() - started) * 1000, len(rows)))
@@ -169,19 +201,19 @@ def main() -> None:
     # The Bolt server runs in a process of its own, as servers do: in this one, each collection of its JVM made JPype
     # collect all of this process's Python objects, 0.10-0.14 s after one walk statement in four.
     with tempfile.TemporaryDirectory(prefix="bench-backends-") as scratch, embedded_server() as server, \
-            throwaway_database(server) as database, arcadedb_bolt_server_process() as bolt:
+            throwaway_database(server) as database, _bolt_server() as bolt:
         embedded = base.with_overrides(index_dir=str(Path(scratch) / "embedded"))
         os.environ.update({
             "DATABASE_URL": f"postgresql://{server.user}:{server.password}@{server.host}:{server.port}/{database}",
             "NEO4J_PASSWORD": bolt.password})
         servers = base.with_overrides(index_dir=str(Path(scratch) / "servers"), backends={
             "state": "postgres", "graph": "neo4j", "vector": "qdrant",
-            "neo4j": {"uri": bolt.uri, "user": bolt.user, "database": bolt.create_database("bench")},
+            "neo4j": {"uri": bolt.uri, "user": bolt.user, "database": bolt.database},
             "qdrant": {"path": str(Path(scratch) / "qdrant")}})
         for name, settings in (("embedded", embedded), ("PostgreSQL + Bolt + qdrant-client", servers)):
             stages = _build(settings, embedder)
             rows[name] = (stages, *_latencies(settings, embedder, QUESTIONS, args.repeats, reads))
-        floor = _floor(bolt, servers.backends.neo4j.database, reads.walk_seeds, args.repeats)
+        floor = _floor(bolt, reads.walk_seeds, args.repeats)
     for name, (stages, times, round_trips, _, steps) in rows.items():
         print(f"\n{name}: build {stages.pop('total'):.1f} s — " + ", ".join(f"{k} {v:.1f}" for k, v in stages.items()))
         for mode, values in times.items():
