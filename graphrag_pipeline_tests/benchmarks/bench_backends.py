@@ -1,14 +1,16 @@
 """The sample corpus built and queried on the embedded tier and on servers, side by side (not a test: run it by hand).
 
     python -m graphrag_pipeline_tests.benchmarks.bench_backends [--repeats N]
+    NEO4J_URI=bolt://… NEO4J_USER=… NEO4J_PASSWORD=… python -m … --neo4j   # a real Neo4j instead of ArcadeDB
 
 Builds `data/corpus` + `data/catalog` twice in this process with one loaded embedder: embedded (SQLite state, the
 embedded graph, Qdrant Edge) and on servers (PostgreSQL state from the tests' throw-away PostgreSQL 18, ArcadeDB's Bolt
-server in a process of its own, or the Neo4j that ``NEO4J_URI`` names, qdrant-client's local mode). Prints each build's
-per-stage seconds, then query latency percentiles per mode over the same questions, and those of incident contexts, with
-Bolt statements per question and per context on the servers; the time the server's read transactions took by their first
-statement, the server's floor (a statement that reads nothing, and one that only lists the relationships of each walk's
-seeds, the least a walk from them reads), and whether both indexes gave the same top document for each question.
+server in a process of its own, or with ``--neo4j`` the Neo4j that ``NEO4J_URI`` names, qdrant-client's local mode).
+Prints each build's per-stage seconds, then query latency percentiles per mode over the same questions, and those of
+incident contexts, with Bolt statements per question and per context on the servers; the time the server's read
+transactions took by their first statement, the server's floor (a statement that reads nothing, and one that only lists
+the relationships of each walk's seeds, the least a walk from them reads), and whether both indexes gave the same top
+document for each question.
 """
 
 from __future__ import annotations
@@ -72,14 +74,18 @@ class BoltServer:
 
 
 @contextmanager
-def _bolt_server() -> Iterator[BoltServer]:
-    """The Neo4j that ``NEO4J_URI`` names (the tests' variables; its ``:Entity`` and ``:Chunk`` nodes are deleted
-    first, as the tests do: point it at a disposable database), else ArcadeDB's Bolt server in a process of its own."""
-    real = real_neo4j_settings()
-    if real is None:
+def _bolt_server(real_neo4j: bool) -> Iterator[BoltServer]:
+    """ArcadeDB's Bolt server in a process of its own, or (``real_neo4j``) the Neo4j that ``NEO4J_URI`` names (the
+    tests' variables; its nodes of this store's labels are deleted first, as the tests do: point it at a disposable
+    database). Asked for by a flag, since ``NEO4J_URI`` is also what a deployment's own configuration reads."""
+    if not real_neo4j:
         with arcadedb_bolt_server_process() as child:
             yield BoltServer(child.uri, child.user, child.password, child.create_database("bench"))
         return
+    real = real_neo4j_settings()
+    if real is None:
+        raise SystemExit("--neo4j needs NEO4J_URI (with NEO4J_USER, NEO4J_PASSWORD and NEO4J_DATABASE as the tests "
+                         "read them)")
     store = Neo4jGraphStore(real["uri"], real["user"], real["password"], real["database"])
     try:
         clear_graph(store)
@@ -190,6 +196,7 @@ def _floor(bolt: BoltServer, walk_seeds: list[list[str]], repeats: int) -> dict[
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="times each question is asked per mode")
+    parser.add_argument("--neo4j", action="store_true", help="the real Neo4j of NEO4J_URI instead of ArcadeDB")
     args = parser.parse_args()
     sources = [{"name": "t", "kind": "folder", "path": str(SAMPLE_CORPUS)},
                {"name": "sample-catalog", "kind": "catalog", "path": str(SAMPLE_CATALOG)}]
@@ -198,10 +205,10 @@ def main() -> None:
     embedder.embed(["warm up"])
     rows = {}
     reads = ReadCounter()
-    # The Bolt server runs in a process of its own, as servers do: in this one, each collection of its JVM made JPype
-    # collect all of this process's Python objects, 0.10-0.14 s after one walk statement in four.
+    # The Bolt server runs in a process of its own, as servers do: in this one, a collection of its JVM made JPype
+    # collect all of this process's Python objects, 0.10-0.14 s every few walk statements.
     with tempfile.TemporaryDirectory(prefix="bench-backends-") as scratch, embedded_server() as server, \
-            throwaway_database(server) as database, _bolt_server() as bolt:
+            throwaway_database(server) as database, _bolt_server(args.neo4j) as bolt:
         embedded = base.with_overrides(index_dir=str(Path(scratch) / "embedded"))
         os.environ.update({
             "DATABASE_URL": f"postgresql://{server.user}:{server.password}@{server.host}:{server.port}/{database}",

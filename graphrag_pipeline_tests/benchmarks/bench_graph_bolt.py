@@ -5,7 +5,7 @@
 
 Same synthetic power-law graph as ``bench_graph``; prints write rates (entities/s, relationships/s, no-op
 re-upserts) and 2-hop traversal latency p50/p95 for the embedded store and for ``Neo4jGraphStore`` on ArcadeDB's
-Bolt server (started in this process) or on the real Neo4j named by the environment. The defaults finish in about
+Bolt server (in a process of its own) or on the real Neo4j named by the environment. The defaults finish in about
 two minutes on a small machine; the issue's figure is ``--entities 100000 --relationships 300000``.
 """
 
@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from graphrag_pipeline.lib.stores.embedded_graph import EmbeddedGraphStore
+from graphrag_pipeline.lib.stores.neo4j_graph import Neo4jGraphStore
 from graphrag_pipeline.lib.stores.protocols import GraphStore
 from graphrag_pipeline.query.traversal import spread_activation
 from graphrag_pipeline_tests.benchmarks.bench_graph import percentiles, synthetic_entities, synthetic_relationships
@@ -80,16 +81,21 @@ def main() -> None:
 
     if args.neo4j:
         store = bolt_server.real_neo4j_graph_store(batch_size=args.batch_size)
-        name = f"Neo4jGraphStore on {store.uri}"
-    else:
-        start = time.perf_counter()
-        store = bolt_server.arcadedb_graph_store(batch_size=args.batch_size)
+        try:
+            run(f"Neo4jGraphStore on {store.uri}", store, entities, relationships, args)
+        finally:
+            store.close()
+        return
+    # In a process of its own, as servers run: see bolt_server.arcadedb_bolt_server_process.
+    start = time.perf_counter()
+    with bolt_server.arcadedb_bolt_server_process() as server:
+        store = Neo4jGraphStore(server.uri, server.user, server.password, server.create_database(),
+                                batch_size=args.batch_size)
         name = f"Neo4jGraphStore on ArcadeDB Bolt (server start {time.perf_counter() - start:.1f} s)"
-    try:
-        run(name, store, entities, relationships, args)
-    finally:
-        store.close()
-        bolt_server.stop_arcadedb_bolt_server()
+        try:
+            run(name, store, entities, relationships, args)
+        finally:
+            store.close()
 
 
 if __name__ == "__main__":

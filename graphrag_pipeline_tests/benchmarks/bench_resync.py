@@ -8,7 +8,7 @@ beside the project give 3,166 documents with the sample corpus), builds it from 
 both builds pay only for work), edits ``share`` of its documents (one paragraph appended to each, at least one
 document), re-syncs the shards holding them — what the source sensor's run does — and prints both wall times, per
 stage, and the re-sync as a share of the full build. Then it re-syncs the same shards once more, with nothing
-changed: the floor of any re-sync (what it reads to find that nothing changed, and its fixed costs).
+changed: the floor of a re-sync of those shards (what it reads to find that nothing changed, and its fixed costs).
 """
 
 from __future__ import annotations
@@ -87,6 +87,7 @@ def main() -> None:
     print("re-sync steps over 0.2 s: " + "; ".join(
         f"{r.stage} " + " ".join(f"{step} {s:.1f}" for step, s in r.seconds.items() if s >= 0.2)
         for r in resync_stages if r.total_seconds >= 0.2))
+    print(f"with nothing changed, {unchanged_stages[0].stage}: {compact_counts(unchanged_stages[0].counts, limit=8)}")
     print(f"re-sync = {resync_seconds / full_seconds:.1%} of a full build; with nothing changed "
           f"{unchanged_seconds / full_seconds:.1%}")
 

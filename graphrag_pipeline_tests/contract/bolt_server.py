@@ -5,11 +5,11 @@
   start only once, hence a process-wide instance (``arcadedb_bolt_server()``), stopped by the session fixture in
   ``conftest.py``. If it cannot start, every test that needs it fails with the startup error (never skips).
 * The same server in a child process of its own (``arcadedb_bolt_server_process()``), as a client meets a server:
-  the benchmarks' figures for servers. In-process, each collection of the JVM makes JPype run a full collection of
-  Python's objects in the client's process too: 0.10-0.14 s, after one walk statement in four on the sample corpus.
+  the benchmarks' figures for servers. In-process, a collection of the JVM makes JPype run a full collection of
+  Python's objects in the client's process too: 0.10-0.14 s, every few walk statements on the sample corpus.
 * A real Neo4j when ``NEO4J_URI`` is set (with ``NEO4J_USER``, ``NEO4J_PASSWORD``, optional ``NEO4J_DATABASE``):
-  the suite deletes every ``:Entity`` and ``:Chunk`` node of that database before each test, so point it at a
-  disposable database.
+  the suite deletes every ``:Entity``, ``:Chunk`` and ``:Document`` node of that database before each test, so point
+  it at a disposable database.
 """
 
 from __future__ import annotations
@@ -152,6 +152,7 @@ class ChildBoltServer:
     bolt_port: int
     user: str
     password: str
+    exit_status: int | None = None  # the child's, once the block has ended (0: it stopped as asked)
     _names: itertools.count = field(default_factory=itertools.count)
 
     @property
@@ -168,21 +169,27 @@ class ChildBoltServer:
 @contextmanager
 def arcadedb_bolt_server_process(startup_seconds: float = 180.0) -> Iterator[ChildBoltServer]:
     """An ArcadeDB Bolt server in a child process (this module run as a program), stopped on leaving the block: the
-    child stops when its standard input closes, so it also goes when this process dies. Its output goes to a log in
-    its temporary folder, which a failed start quotes."""
+    child stops when its standard input closes, so it also goes when this process dies (unless a process forked
+    from this one holds the pipe). Its output goes to a log in its temporary folder, which a failed start quotes;
+    the server's files are in that folder too, which goes with the block even when the child had to be killed."""
     with tempfile.TemporaryDirectory(prefix="arcadedb-child-") as folder:
         connection, log_path = Path(folder) / "connection.json", Path(folder) / "server.log"
         with log_path.open("wb") as log:
             child = subprocess.Popen([sys.executable, "-m", __name__, str(connection)], stdin=subprocess.PIPE,
                                      stdout=log, stderr=subprocess.STDOUT)
+        server: ChildBoltServer | None = None
         try:
             deadline = time.monotonic() + startup_seconds
             while not connection.exists():
-                if child.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the ArcadeDB Bolt server's process did not start (exit status "
-                                       f"{child.poll()}): {log_path.read_text(errors='replace')[-2000:]}")
+                if child.poll() is not None:
+                    raise RuntimeError(f"the ArcadeDB Bolt server's process ended with status {child.returncode} "
+                                       f"before it started: {log_path.read_text(errors='replace')[-2000:]}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the ArcadeDB Bolt server did not start in {startup_seconds:.0f} s: "
+                                       f"{log_path.read_text(errors='replace')[-2000:]}")
                 time.sleep(0.1)
-            yield ChildBoltServer(**json.loads(connection.read_text()))
+            server = ChildBoltServer(**json.loads(connection.read_text()))
+            yield server
         finally:
             child.stdin.close()
             try:
@@ -190,11 +197,15 @@ def arcadedb_bolt_server_process(startup_seconds: float = 180.0) -> Iterator[Chi
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
+            if server is not None:
+                server.exit_status = child.returncode
 
 
 def _serve_until_stdin_closes(connection: Path) -> None:
     """``arcadedb_bolt_server_process``'s child: start the server, write how to reach it to ``connection`` (whole,
-    by a rename), and stop it once standard input closes."""
+    by a rename), and stop it once standard input closes. The server's root goes beside ``connection``, in the
+    parent's temporary folder, which the parent removes whatever becomes of this process."""
+    tempfile.tempdir = str(connection.parent)
     server = arcadedb_bolt_server()
     try:
         written = connection.with_suffix(".partial")
@@ -255,11 +266,12 @@ def real_neo4j_graph_store(**options: Any) -> Neo4jGraphStore:
 
 
 def clear_graph(store: Neo4jGraphStore) -> None:
-    """Delete every node this store writes (``:Entity`` and ``:Chunk``), with their relationships."""
+    """Delete every node this store writes (``:Entity``, ``:Chunk`` and ``:Document``), with their relationships."""
     while True:
         deleted = store._write(  # noqa: SLF001 - test helper on the store's own transaction plumbing
             lambda tx: tx.run(
-                "MATCH (n) WHERE n:Entity OR n:Chunk WITH n LIMIT 10000 DETACH DELETE n RETURN count(*) AS n"
+                "MATCH (n) WHERE n:Entity OR n:Chunk OR n:Document WITH n LIMIT 10000 DETACH DELETE n "
+                "RETURN count(*) AS n"
             ).single()["n"]
         )
         if not deleted:
