@@ -37,7 +37,7 @@ from graphrag_pipeline.query import open_index
 from graphrag_pipeline_tests.conftest import SAMPLE_CATALOG, SAMPLE_CORPUS
 from graphrag_pipeline_tests.contract.bolt_server import (
     arcadedb_bolt_server_process,
-    clear_graph,
+    real_neo4j_graph_store,
     real_neo4j_settings,
 )
 from graphrag_pipeline_tests.postgres import embedded_server, throwaway_database
@@ -86,12 +86,8 @@ def _bolt_server(real_neo4j: bool) -> Iterator[BoltServer]:
     if real is None:
         raise SystemExit("--neo4j needs NEO4J_URI (with NEO4J_USER, NEO4J_PASSWORD and NEO4J_DATABASE as the tests "
                          "read them)")
-    store = Neo4jGraphStore(real["uri"], real["user"], real["password"], real["database"])
-    try:
-        clear_graph(store)
-    finally:
-        store.close()
-    yield BoltServer(real["uri"], real["user"], real["password"], real["database"])
+    real_neo4j_graph_store().close()  # the tests' store on it, which empties it first
+    yield BoltServer(**real)
 
 
 def _build(settings, embedder) -> dict[str, float]:
